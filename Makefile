@@ -1,0 +1,35 @@
+# pagoda — top-level entry points. The build itself lives in mk/build.mk;
+# this wrapper first makes sure the system packages it needs are present.
+.PHONY: all deps check check-asan run bench install uninstall clean fuzz
+BUILD ?= build
+SUB = $(MAKE) --no-print-directory -f mk/build.mk BUILD=$(BUILD)
+
+all: deps
+	@$(SUB) all
+
+deps:
+	@sh mk/deps.sh
+
+check: deps
+	@$(SUB) check
+
+check-asan: deps
+	@$(MAKE) --no-print-directory -f mk/build.mk BUILD=build-asan SAN=address,undefined check-unit
+
+fuzz: deps
+	@$(SUB) fuzz
+
+run: deps
+	@$(SUB) run
+
+bench: deps
+	@$(SUB) bench
+
+install: deps
+	@$(SUB) install
+
+uninstall:
+	@$(SUB) uninstall
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,129 @@
+/* daemon/engine/engine.h — the engine door: a request queue in front of the
+ * step loop (schedule → one batched forward → sample → emit).
+ *
+ * Used in-process by `pagoda run` and by pagodad's IPC server, which only
+ * ever talks to the engine through this header. Callbacks run on the thread
+ * that drives the engine (engine_step / the engine thread): they must not
+ * block, and they must not call engine_submit re-entrantly.
+ */
+#ifndef PAGODA_ENGINE_H
+#define PAGODA_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct model;
+struct tokenizer;
+struct engine;
+
+struct engine_opts {
+	const char *model_path;
+	int threads;          /* <= 0: all cores */
+	int n_ctx;            /* per-sequence context; 0: the model's */
+	int max_seqs;         /* running sequences at once; 0: default */
+	int max_batch_tokens; /* tokens per step; 0: default */
+	int prefill_chunk;    /* prompt tokens per sequence per step; 0: default */
+	int64_t kv_blocks;    /* KV pool size in blocks; 0: from kv_mem */
+	int64_t kv_mem;       /* KV pool bytes; 0: enough for max_seqs full contexts */
+	int block_size;       /* tokens per KV block; 0: 16 */
+	bool no_prefix_cache;
+};
+
+struct sampling {
+	float temp;           /* 0: greedy */
+	int top_k;            /* 0: off */
+	float top_p;          /* 1: off */
+	float min_p;          /* 0: off */
+	float repeat_penalty; /* 1: off */
+	int repeat_last_n;    /* tokens looked back; 64 like llama.cpp */
+	uint64_t seed;
+};
+
+void sampling_defaults(struct sampling *s);
+
+enum finish_reason {
+	FINISH_NONE = 0,
+	FINISH_EOS,     /* the model ended it */
+	FINISH_LENGTH,  /* max_tokens */
+	FINISH_STOP,    /* a stop string matched */
+	FINISH_CANCEL,  /* engine_cancel */
+	FINISH_ERROR,   /* see the error code and message */
+};
+
+const char *finish_reason_name(enum finish_reason r);
+
+enum engine_err {
+	ENGINE_OK = 0,
+	ENGINE_ERR_CONTEXT = 1,  /* prompt + max_tokens exceed the context */
+	ENGINE_ERR_INVALID = 2,  /* bad token id, empty prompt, bad parameters */
+	ENGINE_ERR_DRAINING = 3, /* the engine no longer admits requests */
+	ENGINE_ERR_NOMEM = 4,
+};
+
+struct req_timings {
+	uint64_t t_submit_ns, t_admit_ns, t_first_ns, t_done_ns; /* CLOCK_MONOTONIC */
+	int n_prompt, n_cached, n_gen;
+};
+
+#define ENGINE_MAX_STOP 4
+#define ENGINE_STOP_LEN 64
+
+struct engine_req;
+typedef void (*engine_token_fn)(struct engine_req *r, int32_t token, const char *text, size_t len);
+typedef void (*engine_done_fn)(struct engine_req *r, enum finish_reason why, int err, const char *msg);
+
+/* Filled by the caller; owned by the caller, who must keep it alive until
+ * on_done has run (on_done is the last callback for a request, always
+ * called exactly once, even for a request refused at submit). */
+struct engine_req {
+	uint64_t id;               /* caller's; used by engine_cancel */
+	const int32_t *prompt;     /* copied at submit */
+	int n_prompt;
+	int max_tokens;
+	struct sampling sampling;
+	int n_stop;
+	char stop[ENGINE_MAX_STOP][ENGINE_STOP_LEN + 1];
+	engine_token_fn on_token;  /* text may be empty (held back for UTF-8 or a stop string) */
+	engine_done_fn on_done;
+	void *user;
+	struct req_timings timings; /* valid in on_done */
+	void *priv;                 /* engine's */
+};
+
+int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen);
+void engine_destroy(struct engine *e); /* cancels what is left (on_done runs) */
+
+const struct model *engine_model(const struct engine *e);
+const struct tokenizer *engine_tokenizer(const struct engine *e);
+int engine_n_ctx(const struct engine *e);
+
+/* Thread-safe. Queues r; returns 0, or an enum engine_err after calling
+ * on_done with FINISH_ERROR. */
+int engine_submit(struct engine *e, struct engine_req *r);
+/* Thread-safe. Cancels every request with this id (on_done FINISH_CANCEL). */
+void engine_cancel(struct engine *e, uint64_t id);
+/* Thread-safe. Refuse new requests from now on (ENGINE_ERR_DRAINING). */
+void engine_drain(struct engine *e);
+
+/* Runs one step on the calling thread: admits queued requests, one
+ * forward, emits. Returns the number of requests still queued or running. */
+int engine_step(struct engine *e);
+/* Sleeps until there is work or timeout_ms passes (-1: forever); returns
+ * true if there is work. engine_wake interrupts it. */
+bool engine_wait(struct engine *e, int timeout_ms);
+void engine_wake(struct engine *e);
+/* An fd that becomes readable when work is queued (for an epoll loop);
+ * read it with engine_wait(e, 0). */
+int engine_event_fd(const struct engine *e);
+
+struct engine_stats {
+	uint64_t requests_submitted, requests_finished, requests_failed, requests_cancelled;
+	uint64_t prompt_tokens, cached_prompt_tokens, gen_tokens, steps, preemptions;
+	int running, waiting;
+	int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+	double kv_waste; /* allocated slots not holding a token / allocated slots */
+};
+void engine_get_stats(struct engine *e, struct engine_stats *s); /* thread-safe */
+
+#endif

@@ -1,0 +1,84 @@
+/* kernels/types.h — tensor element types, as numbered by GGUF/ggml.
+ *
+ * Part of the kernels door: the GGUF reader uses the size table to check
+ * tensor extents, the kernels use it to walk rows. Block layouts are the
+ * on-disk ones, byte for byte, so a mapped GGUF is used without conversion.
+ */
+#ifndef PAGODA_KERNELS_TYPES_H
+#define PAGODA_KERNELS_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum pg_type {
+	PG_TYPE_F32 = 0,
+	PG_TYPE_F16 = 1,
+	PG_TYPE_Q4_0 = 2,
+	PG_TYPE_Q4_1 = 3,
+	PG_TYPE_Q5_0 = 6,
+	PG_TYPE_Q5_1 = 7,
+	PG_TYPE_Q8_0 = 8,
+	PG_TYPE_Q8_1 = 9,
+	PG_TYPE_Q2_K = 10,
+	PG_TYPE_Q3_K = 11,
+	PG_TYPE_Q4_K = 12,
+	PG_TYPE_Q5_K = 13,
+	PG_TYPE_Q6_K = 14,
+	PG_TYPE_Q8_K = 15,
+	PG_TYPE_I8 = 24,
+	PG_TYPE_I16 = 25,
+	PG_TYPE_I32 = 26,
+	PG_TYPE_I64 = 27,
+	PG_TYPE_F64 = 28,
+	PG_TYPE_BF16 = 30,
+	PG_TYPE_COUNT = 40,
+};
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef uint16_t pg_f16;
+typedef uint16_t pg_bf16;
+
+typedef struct { pg_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+typedef struct { pg_f16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { pg_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+typedef struct { pg_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+typedef struct { pg_f16 d; int8_t qs[QK8_0]; } block_q8_0;
+typedef struct { pg_f16 d, s; int8_t qs[QK8_1]; } block_q8_1;
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; pg_f16 d, dmin; } block_q2_K;
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; pg_f16 d; } block_q3_K;
+typedef struct { pg_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct { pg_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; pg_f16 d; } block_q6_K;
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+
+/* Elements per block and bytes per block; 0/0 for a type pagoda cannot
+ * size (unknown or unsupported: IQ quants and friends). */
+struct pg_type_info {
+	const char *name;
+	uint32_t blck;
+	uint32_t size;
+};
+
+const struct pg_type_info *pg_type_info(uint32_t type);
+const char *pg_type_name(uint32_t type);
+
+/* Bytes of a row of n elements, or 0 if n is not a whole number of blocks
+ * or the type is unknown. */
+size_t pg_row_size(uint32_t type, uint64_t n);
+
+/* IEEE half and bfloat16 conversions (round to nearest even, as ggml). */
+float pg_f16_to_f32(pg_f16 h);
+pg_f16 pg_f32_to_f16(float f);
+float pg_bf16_to_f32(pg_bf16 h);
+pg_bf16 pg_f32_to_bf16(float f);
+
+#endif
