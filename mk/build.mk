@@ -26,7 +26,7 @@ KERN_SRCS := kernels/types.c $(wildcard kernels/cpu/*.c)
 ENGINE_SRCS := $(wildcard daemon/model/*.c daemon/kv/*.c daemon/engine/*.c daemon/util/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c)
 DAEMON_SRCS := $(wildcard daemon/server/*.c)
-TOOLS := $(notdir $(wildcard tools/*))
+TOOLS := $(notdir $(patsubst %/,%,$(wildcard tools/*/)))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 
@@ -77,9 +77,13 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(ENGINE_LIB) $(if $(CLIENT_SRCS),
 
 # ---- tests -----------------------------------------------------------------
 export PAGODA_BUILD := $(abspath $(BUILD))
-check: all check-unit check-e2e fuzz
+# One after another: the e2e tests run daemons and must not race the build.
+check: all
+	@$(MAKE) --no-print-directory -f mk/build.mk check-unit
+	@$(MAKE) --no-print-directory -f mk/build.mk check-e2e
+	@$(MAKE) --no-print-directory -f mk/build.mk fuzz
 
-check-unit: $(UNIT_BINS)
+check-unit: $(UNIT_BINS) $(DAEMON_BIN)
 	@sh tests/run-unit.sh $(UNIT_BINS)
 
 check-e2e: all
@@ -102,7 +106,7 @@ fuzz: $(FUZZ_BINS)
 
 # ---- demo and benchmarks ----------------------------------------------------
 run: all
-	@sh tools/run-demo.sh
+	@MODEL="$(MODEL)" PROMPT="$(PROMPT)" sh tools/run-demo.sh
 
 bench: all
 	@sh bench/run.sh

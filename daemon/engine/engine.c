@@ -1,0 +1,661 @@
+/* daemon/engine/engine.c — request queue and step loop: continuous batching
+ * with chunked prefill over the paged KV-cache.
+ *
+ * Threads: engine_submit/cancel/drain/get_stats take the lock and may run
+ * anywhere; everything else belongs to the one thread that calls
+ * engine_step, which owns the running set, the KV pool and the model.
+ */
+#include "daemon/engine/engine.h"
+#include "daemon/engine/sampler.h"
+#include "daemon/engine/stopper.h"
+#include "daemon/kv/kv.h"
+#include "daemon/model/model.h"
+#include "daemon/model/tokenizer.h"
+#include "kernels/backend.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+struct seq {
+	struct engine_req *req;
+	int32_t *tokens; /* prompt, then generated */
+	int n_tokens, n_computed, n_gen, max_tokens;
+	uint64_t admit_order;
+	bool stopped; /* a stop string matched */
+	struct kv_seq kv;
+	struct sampler smp;
+	struct tok_stream ts;
+	struct stopper stop;
+	struct seq *next;
+};
+
+struct engine {
+	struct model *m;
+	struct pg_pool *pool;
+	struct fwd_ctx *fwd;
+	struct kv_pool kv;
+	int n_ctx, max_seqs, max_batch, chunk, n_vocab;
+
+	pthread_mutex_t lock; /* guards the fields down to `stats` */
+	struct seq *in_head, *in_tail;
+	uint64_t *cancel_ids;
+	int n_cancel, cap_cancel;
+	bool draining;
+	struct engine_stats stats;
+	int evfd;
+
+	/* engine thread only */
+	struct seq **running;
+	int n_running;
+	struct seq *wait_head, *wait_tail;
+	uint64_t admit_counter;
+	int32_t *b_tokens, *b_pos;
+	int *b_seq;
+	bool *b_want;
+	struct kv_seq **b_seqs;
+	struct seq **b_owner; /* per batch seq slot */
+	int *b_take;          /* tokens taken per batch seq slot */
+	float *logits;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+const char *finish_reason_name(enum finish_reason r)
+{
+	static const char *names[] = { "none", "eos", "length", "stop", "cancel", "error" };
+	return r <= FINISH_ERROR ? names[r] : "?";
+}
+
+static int set_defaults(struct engine *e, const struct engine_opts *o)
+{
+	const struct model_hparams *hp = &e->m->hp;
+	e->n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+	e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 16;
+	e->max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
+	e->chunk = o->prefill_chunk > 0 ? o->prefill_chunk : e->max_batch;
+	if (e->max_batch < e->max_seqs)
+		e->max_batch = e->max_seqs;
+	e->n_vocab = hp->n_vocab;
+	return 0;
+}
+
+static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, int block_size)
+{
+	const struct model_hparams *hp = &e->m->hp;
+	int64_t per_ctx = (e->n_ctx + block_size - 1) / block_size;
+	size_t bb = kv_block_bytes(block_size, hp->n_layer, hp->n_head_kv * hp->head_dim);
+	int64_t n;
+	if (o->kv_blocks > 0)
+		n = o->kv_blocks;
+	else if (o->kv_mem > 0)
+		n = o->kv_mem / (int64_t)bb;
+	else {
+		/* every running sequence at full context, within 2 GiB */
+		n = per_ctx * e->max_seqs;
+		if (n * (int64_t)bb > (2ll << 30))
+			n = (2ll << 30) / (int64_t)bb;
+	}
+	/* one full context always fits: no request that fits the context can
+	 * fail for lack of KV memory */
+	return n < per_ctx ? per_ctx : n;
+}
+
+int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)
+{
+	struct engine *e = calloc(1, sizeof *e);
+	if (!e) {
+		snprintf(err, errlen, "engine: out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&e->lock, NULL);
+	e->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int r = model_load(o->model_path, &e->m, err, errlen);
+	if (r)
+		goto fail;
+	set_defaults(e, o);
+	int bs = o->block_size > 0 ? o->block_size : 16;
+	const struct model_hparams *hp = &e->m->hp;
+	r = kv_pool_init(&e->kv, pool_blocks(e, o, bs), bs, hp->n_layer, hp->n_head_kv * hp->head_dim, err,
+			 errlen);
+	if (r)
+		goto fail;
+	e->pool = pg_pool_create(o->threads);
+	e->fwd = e->pool ? fwd_ctx_create(e->m, e->max_batch, e->n_ctx, e->pool) : NULL;
+	e->running = calloc(e->max_seqs, sizeof *e->running);
+	e->b_tokens = malloc(e->max_batch * sizeof *e->b_tokens);
+	e->b_pos = malloc(e->max_batch * sizeof *e->b_pos);
+	e->b_seq = malloc(e->max_batch * sizeof *e->b_seq);
+	e->b_want = malloc(e->max_batch * sizeof *e->b_want);
+	e->b_seqs = malloc(e->max_seqs * sizeof *e->b_seqs);
+	e->b_owner = malloc(e->max_seqs * sizeof *e->b_owner);
+	e->b_take = malloc(e->max_seqs * sizeof *e->b_take);
+	e->logits = malloc((size_t)e->max_seqs * e->n_vocab * sizeof(float));
+	if (e->evfd < 0 || !e->fwd || !e->running || !e->b_tokens || !e->b_pos || !e->b_seq ||
+	    !e->b_want || !e->b_seqs || !e->b_owner || !e->b_take || !e->logits) {
+		snprintf(err, errlen, "engine: out of memory for %d-token batches", e->max_batch);
+		r = -ENOMEM;
+		goto fail;
+	}
+	e->stats.kv_blocks_total = e->kv.n_blocks;
+	*out = e;
+	return 0;
+fail:
+	engine_destroy(e);
+	return r;
+}
+
+const struct model *engine_model(const struct engine *e) { return e->m; }
+const struct tokenizer *engine_tokenizer(const struct engine *e) { return e->m->tok; }
+int engine_n_ctx(const struct engine *e) { return e->n_ctx; }
+int engine_event_fd(const struct engine *e) { return e->evfd; }
+
+void engine_wake(struct engine *e)
+{
+	uint64_t one = 1;
+	if (write(e->evfd, &one, sizeof one) < 0) {
+		/* counter saturated: a wake-up is pending anyway */
+	}
+}
+
+static void seq_free(struct seq *s)
+{
+	sampler_free(&s->smp);
+	free(s->tokens);
+	free(s);
+}
+
+/* Refuse at submit: on_done runs on the caller's thread. */
+static int refuse(struct engine_req *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int refuse(struct engine_req *r, int code, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	r->timings.t_done_ns = now_ns();
+	if (r->on_done)
+		r->on_done(r, FINISH_ERROR, code, msg);
+	return code;
+}
+
+int engine_submit(struct engine *e, struct engine_req *r)
+{
+	memset(&r->timings, 0, sizeof r->timings);
+	r->timings.t_submit_ns = now_ns();
+	r->timings.n_prompt = r->n_prompt;
+	if (r->n_prompt <= 0)
+		return refuse(r, ENGINE_ERR_INVALID, "empty prompt");
+	for (int i = 0; i < r->n_prompt; i++)
+		if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
+			return refuse(r, ENGINE_ERR_INVALID, "token %d at position %d is outside the vocabulary (%d)",
+				      r->prompt[i], i, e->n_vocab);
+	if (r->n_prompt >= e->n_ctx)
+		return refuse(r, ENGINE_ERR_CONTEXT, "prompt of %d tokens does not fit the context of %d",
+			      r->n_prompt, e->n_ctx);
+	if (r->max_tokens < 0 || (r->max_tokens > 0 && r->n_prompt + r->max_tokens > e->n_ctx))
+		return refuse(r, ENGINE_ERR_CONTEXT,
+			      "prompt of %d tokens + %d new tokens exceeds the context of %d", r->n_prompt,
+			      r->max_tokens, e->n_ctx);
+	if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOP)
+		return refuse(r, ENGINE_ERR_INVALID, "at most %d stop strings", ENGINE_MAX_STOP);
+	struct seq *s = calloc(1, sizeof *s);
+	if (!s || !(s->tokens = malloc(e->n_ctx * sizeof *s->tokens))) {
+		free(s);
+		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
+	}
+	if (sampler_init(&s->smp, &r->sampling, e->n_vocab)) {
+		seq_free(s);
+		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
+	}
+	memcpy(s->tokens, r->prompt, r->n_prompt * sizeof *s->tokens);
+	s->n_tokens = r->n_prompt;
+	s->max_tokens = r->max_tokens > 0 ? r->max_tokens : e->n_ctx - r->n_prompt;
+	s->req = r;
+	tok_stream_init(&s->ts);
+	stopper_init(&s->stop, r->stop, r->n_stop);
+	r->priv = s;
+	pthread_mutex_lock(&e->lock);
+	if (e->draining) {
+		pthread_mutex_unlock(&e->lock);
+		seq_free(s);
+		return refuse(r, ENGINE_ERR_DRAINING, "the daemon is draining and accepts no new requests");
+	}
+	if (e->in_tail)
+		e->in_tail->next = s;
+	else
+		e->in_head = s;
+	e->in_tail = s;
+	e->stats.requests_submitted++;
+	e->stats.waiting++;
+	pthread_mutex_unlock(&e->lock);
+	engine_wake(e);
+	return 0;
+}
+
+void engine_cancel(struct engine *e, uint64_t id)
+{
+	pthread_mutex_lock(&e->lock);
+	if (e->n_cancel == e->cap_cancel) {
+		int cap = e->cap_cancel ? e->cap_cancel * 2 : 16;
+		uint64_t *n = realloc(e->cancel_ids, cap * sizeof *n);
+		if (!n) {
+			pthread_mutex_unlock(&e->lock);
+			return;
+		}
+		e->cancel_ids = n;
+		e->cap_cancel = cap;
+	}
+	e->cancel_ids[e->n_cancel++] = id;
+	pthread_mutex_unlock(&e->lock);
+	engine_wake(e);
+}
+
+void engine_drain(struct engine *e)
+{
+	pthread_mutex_lock(&e->lock);
+	e->draining = true;
+	pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- engine thread -------------------------------------------------------- */
+
+static void finish(struct engine *e, struct seq *s, enum finish_reason why, int code, const char *msg)
+{
+	struct engine_req *r = s->req;
+	char tail[ENGINE_STOP_LEN * 2 + 16];
+	int n = why == FINISH_EOS || why == FINISH_LENGTH ? stopper_flush(&s->stop, tail, sizeof tail) : 0;
+	if (n < (int)sizeof tail - 8 && (why == FINISH_EOS || why == FINISH_LENGTH))
+		n += tok_stream_flush(&s->ts, tail + n, (int)sizeof tail - n);
+	if (n > 0 && r->on_token)
+		r->on_token(r, -1, tail, n);
+	kv_seq_release(&e->kv, &s->kv);
+	r->timings.t_done_ns = now_ns();
+	r->timings.n_gen = s->n_gen;
+	pthread_mutex_lock(&e->lock);
+	if (why == FINISH_CANCEL)
+		e->stats.requests_cancelled++;
+	else if (why == FINISH_ERROR)
+		e->stats.requests_failed++;
+	else
+		e->stats.requests_finished++;
+	pthread_mutex_unlock(&e->lock);
+	seq_free(s);
+	if (r->on_done)
+		r->on_done(r, why, code, msg);
+}
+
+static void remove_running(struct engine *e, int i)
+{
+	memmove(&e->running[i], &e->running[i + 1], (e->n_running - i - 1) * sizeof *e->running);
+	e->n_running--;
+}
+
+static void push_wait_front(struct engine *e, struct seq *s)
+{
+	s->next = e->wait_head;
+	e->wait_head = s;
+	if (!e->wait_tail)
+		e->wait_tail = s;
+}
+
+static struct seq *pop_wait(struct engine *e)
+{
+	struct seq *s = e->wait_head;
+	if (s) {
+		e->wait_head = s->next;
+		if (!e->wait_head)
+			e->wait_tail = NULL;
+		s->next = NULL;
+	}
+	return s;
+}
+
+static void take_incoming(struct engine *e, uint64_t **cancel, int *n_cancel)
+{
+	pthread_mutex_lock(&e->lock);
+	if (e->in_head) {
+		if (e->wait_tail)
+			e->wait_tail->next = e->in_head;
+		else
+			e->wait_head = e->in_head;
+		e->wait_tail = e->in_tail;
+		e->in_head = e->in_tail = NULL;
+	}
+	*n_cancel = e->n_cancel;
+	*cancel = NULL;
+	if (e->n_cancel) {
+		*cancel = malloc(e->n_cancel * sizeof **cancel);
+		if (*cancel)
+			memcpy(*cancel, e->cancel_ids, e->n_cancel * sizeof **cancel);
+		else
+			*n_cancel = 0;
+		e->n_cancel = 0;
+	}
+	pthread_mutex_unlock(&e->lock);
+}
+
+static bool id_in(uint64_t id, const uint64_t *ids, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+static void apply_cancels(struct engine *e)
+{
+	uint64_t *ids;
+	int n;
+	take_incoming(e, &ids, &n);
+	if (!n)
+		return;
+	for (int i = e->n_running - 1; i >= 0; i--) {
+		struct seq *s = e->running[i];
+		if (id_in(s->req->id, ids, n)) {
+			remove_running(e, i);
+			finish(e, s, FINISH_CANCEL, 0, "cancelled");
+		}
+	}
+	for (struct seq **pp = &e->wait_head; *pp;) {
+		struct seq *s = *pp;
+		if (id_in(s->req->id, ids, n)) {
+			*pp = s->next;
+			finish(e, s, FINISH_CANCEL, 0, "cancelled");
+		} else {
+			pp = &s->next;
+		}
+	}
+	e->wait_tail = NULL;
+	for (struct seq *s = e->wait_head; s; s = s->next)
+		e->wait_tail = s;
+	free(ids);
+}
+
+/* The most recently admitted running sequence gives its KV blocks back and
+ * waits at the head of the queue; it is recomputed when readmitted. */
+static void preempt_latest(struct engine *e)
+{
+	int victim = 0;
+	for (int i = 1; i < e->n_running; i++)
+		if (e->running[i]->admit_order > e->running[victim]->admit_order)
+			victim = i;
+	struct seq *s = e->running[victim];
+	remove_running(e, victim);
+	kv_seq_release(&e->kv, &s->kv);
+	s->n_computed = 0;
+	push_wait_front(e, s);
+	pthread_mutex_lock(&e->lock);
+	e->stats.preemptions++;
+	pthread_mutex_unlock(&e->lock);
+}
+
+struct plan {
+	int n_tok, n_slots;
+};
+
+static void plan_add(struct engine *e, struct plan *p, struct seq *s, int take)
+{
+	int slot = p->n_slots++;
+	e->b_owner[slot] = s;
+	e->b_take[slot] = take;
+	e->b_seqs[slot] = &s->kv;
+	for (int i = 0; i < take; i++) {
+		int pos = s->n_computed + i;
+		e->b_tokens[p->n_tok] = s->tokens[pos];
+		e->b_pos[p->n_tok] = pos;
+		e->b_seq[p->n_tok] = slot;
+		e->b_want[p->n_tok] = pos == s->n_tokens - 1;
+		p->n_tok++;
+	}
+}
+
+static int chunk_for(const struct engine *e, const struct seq *s, const struct plan *p)
+{
+	int take = s->n_tokens - s->n_computed;
+	if (take > e->chunk)
+		take = e->chunk;
+	if (take > e->max_batch - p->n_tok)
+		take = e->max_batch - p->n_tok;
+	return take;
+}
+
+/* Decode tokens first (one per running sequence), then prefill chunks of
+ * running sequences, then newly admitted ones, FCFS, within the budget.
+ * When the pool runs dry, the latest admitted sequence is preempted and
+ * planning starts over with one sequence fewer. */
+static void schedule(struct engine *e, struct plan *p)
+{
+again:
+	p->n_tok = p->n_slots = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < e->n_running; i++) {
+			struct seq *s = e->running[i];
+			bool decode = s->n_tokens - s->n_computed == 1;
+			if (decode != (pass == 0))
+				continue;
+			int take = chunk_for(e, s, p);
+			if (take <= 0)
+				continue;
+			if (kv_seq_reserve(&e->kv, &s->kv, s->n_computed + take) == -ENOSPC) {
+				preempt_latest(e);
+				goto again;
+			}
+			plan_add(e, p, s, take);
+		}
+	}
+	while (e->wait_head && e->n_running < e->max_seqs && p->n_tok < e->max_batch) {
+		struct seq *s = e->wait_head;
+		int take = chunk_for(e, s, p);
+		if (kv_seq_reserve(&e->kv, &s->kv, take) != 0)
+			break; /* admitted later, when blocks free up */
+		pop_wait(e);
+		if (!s->req->timings.t_admit_ns)
+			s->req->timings.t_admit_ns = now_ns();
+		s->admit_order = ++e->admit_counter;
+		e->running[e->n_running++] = s;
+		plan_add(e, p, s, take);
+	}
+}
+
+static void emit(struct engine *e, struct seq *s, int32_t tok)
+{
+	struct engine_req *r = s->req;
+	if (!r->timings.t_first_ns)
+		r->timings.t_first_ns = now_ns();
+	s->tokens[s->n_tokens++] = tok;
+	s->n_gen++;
+	char piece[256], out[512];
+	int n = tok_stream_push(e->m->tok, &s->ts, tok, piece, sizeof piece);
+	if (n < 0)
+		n = 0;
+	bool matched = false;
+	int m = stopper_feed(&s->stop, piece, n, out, sizeof out, &matched);
+	if (r->on_token)
+		r->on_token(r, tok, out, m);
+	s->stopped = matched;
+}
+
+static void after_forward(struct engine *e, const struct plan *p)
+{
+	int out_row = 0;
+	for (int slot = 0; slot < p->n_slots; slot++) {
+		struct seq *s = e->b_owner[slot];
+		s->n_computed += e->b_take[slot];
+		if (s->n_computed != s->n_tokens)
+			continue;
+		float *logits = e->logits + (size_t)out_row++ * e->n_vocab;
+		int32_t tok = sampler_sample(&s->smp, logits, s->tokens, s->n_tokens);
+		enum finish_reason why = FINISH_NONE;
+		if (tok_is_eog(e->m->tok, tok)) {
+			why = FINISH_EOS;
+		} else {
+			emit(e, s, tok);
+			if (s->stopped) {
+				why = FINISH_STOP;
+			} else if (s->n_gen >= s->max_tokens || s->n_tokens >= e->n_ctx) {
+				why = FINISH_LENGTH;
+			}
+		}
+		if (why != FINISH_NONE) {
+			for (int i = 0; i < e->n_running; i++)
+				if (e->running[i] == s) {
+					remove_running(e, i);
+					break;
+				}
+			finish(e, s, why, 0, NULL);
+		}
+	}
+}
+
+static void update_stats(struct engine *e, const struct plan *p)
+{
+	int waiting = 0;
+	for (struct seq *s = e->wait_head; s; s = s->next)
+		waiting++;
+	int64_t used_slots = 0, tokens = 0;
+	for (int i = 0; i < e->n_running; i++) {
+		used_slots += (int64_t)e->running[i]->kv.n_blocks * e->kv.block_size;
+		tokens += e->running[i]->n_computed;
+	}
+	pthread_mutex_lock(&e->lock);
+	e->stats.steps += p->n_tok > 0;
+	e->stats.running = e->n_running;
+	e->stats.waiting = waiting;
+	for (struct seq *s = e->in_head; s; s = s->next)
+		e->stats.waiting++;
+	e->stats.kv_blocks_used = e->kv.n_blocks - e->kv.n_free;
+	e->stats.kv_waste = used_slots ? (double)(used_slots - tokens) / used_slots : 0;
+	pthread_mutex_unlock(&e->lock);
+}
+
+static void count_tokens(struct engine *e, const struct plan *p)
+{
+	uint64_t prompt = 0, gen = 0;
+	for (int slot = 0; slot < p->n_slots; slot++) {
+		const struct seq *s = e->b_owner[slot];
+		int from = s->n_computed, to = s->n_computed + e->b_take[slot];
+		int n_prompt = s->req->n_prompt;
+		prompt += from < n_prompt ? (to < n_prompt ? to : n_prompt) - from : 0;
+		gen += to > n_prompt ? to - (from > n_prompt ? from : n_prompt) : 0;
+	}
+	pthread_mutex_lock(&e->lock);
+	e->stats.prompt_tokens += prompt;
+	e->stats.gen_tokens += gen;
+	pthread_mutex_unlock(&e->lock);
+}
+
+static void fail_batch(struct engine *e, const struct plan *p, int r)
+{
+	for (int slot = 0; slot < p->n_slots; slot++) {
+		struct seq *s = e->b_owner[slot];
+		for (int i = 0; i < e->n_running; i++)
+			if (e->running[i] == s) {
+				remove_running(e, i);
+				break;
+			}
+		finish(e, s, FINISH_ERROR, ENGINE_ERR_INVALID, r == -EINVAL ? "invalid batch" : "forward failed");
+	}
+}
+
+int engine_step(struct engine *e)
+{
+	apply_cancels(e);
+	struct plan p;
+	schedule(e, &p);
+	if (p.n_tok > 0) {
+		struct fwd_batch b = {
+			.n = p.n_tok, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq,
+			.want = e->b_want, .seqs = e->b_seqs, .logits = e->logits,
+		};
+		count_tokens(e, &p);
+		int r = model_forward(e->m, e->fwd, &e->kv, &b);
+		if (r)
+			fail_batch(e, &p, r);
+		else
+			after_forward(e, &p);
+	}
+	update_stats(e, &p);
+	pthread_mutex_lock(&e->lock);
+	int left = e->n_running + (e->wait_head != NULL) + (e->in_head != NULL) + e->n_cancel;
+	pthread_mutex_unlock(&e->lock);
+	return left;
+}
+
+bool engine_wait(struct engine *e, int timeout_ms)
+{
+	pthread_mutex_lock(&e->lock);
+	bool work = e->n_running || e->wait_head || e->in_head || e->n_cancel;
+	pthread_mutex_unlock(&e->lock);
+	if (!work && timeout_ms != 0) {
+		struct pollfd pfd = { .fd = e->evfd, .events = POLLIN };
+		poll(&pfd, 1, timeout_ms);
+	}
+	uint64_t v;
+	while (read(e->evfd, &v, sizeof v) > 0)
+		;
+	pthread_mutex_lock(&e->lock);
+	work = e->n_running || e->wait_head || e->in_head || e->n_cancel;
+	pthread_mutex_unlock(&e->lock);
+	return work;
+}
+
+void engine_get_stats(struct engine *e, struct engine_stats *s)
+{
+	pthread_mutex_lock(&e->lock);
+	*s = e->stats;
+	pthread_mutex_unlock(&e->lock);
+}
+
+void engine_destroy(struct engine *e)
+{
+	if (!e)
+		return;
+	if (e->running) {
+		uint64_t *ids;
+		int n;
+		take_incoming(e, &ids, &n);
+		free(ids);
+		while (e->n_running) {
+			struct seq *s = e->running[--e->n_running];
+			finish(e, s, FINISH_CANCEL, 0, "engine shut down");
+		}
+		struct seq *s;
+		while ((s = pop_wait(e)))
+			finish(e, s, FINISH_CANCEL, 0, "engine shut down");
+	}
+	free(e->cancel_ids);
+	free(e->running);
+	free(e->b_tokens);
+	free(e->b_pos);
+	free(e->b_seq);
+	free(e->b_want);
+	free(e->b_seqs);
+	free(e->b_owner);
+	free(e->b_take);
+	free(e->logits);
+	fwd_ctx_free(e->fwd);
+	if (e->pool)
+		pg_pool_destroy(e->pool);
+	if (e->kv.refcnt)
+		kv_pool_free(&e->kv);
+	model_free(e->m);
+	if (e->evfd >= 0)
+		close(e->evfd);
+	pthread_mutex_destroy(&e->lock);
+	free(e);
+}

@@ -1,0 +1,186 @@
+/* daemon/engine/sampler.c — the sampling chain, in llama.cpp's order:
+ * penalties, top-k, top-p, min-p, temperature, draw. */
+#include "daemon/engine/sampler.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sampling_defaults(struct sampling *s)
+{
+	s->temp = 0.8f;
+	s->top_k = 40;
+	s->top_p = 0.95f;
+	s->min_p = 0.05f;
+	s->repeat_penalty = 1.0f;
+	s->repeat_last_n = 64;
+	s->seed = 0xdeadbeefULL;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+/* xoshiro256** */
+static uint64_t next_u64(uint64_t *s)
+{
+	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return r;
+}
+
+int sampler_init(struct sampler *s, const struct sampling *p, int n_vocab)
+{
+	memset(s, 0, sizeof *s);
+	s->p = *p;
+	s->n_vocab = n_vocab;
+	uint64_t seed = p->seed;
+	for (int i = 0; i < 4; i++)
+		s->rng[i] = splitmix64(&seed);
+	if (p->temp > 0) {
+		s->idx = malloc(n_vocab * sizeof *s->idx);
+		s->val = malloc(n_vocab * sizeof *s->val);
+		if (!s->idx || !s->val) {
+			sampler_free(s);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+void sampler_free(struct sampler *s)
+{
+	free(s->idx);
+	free(s->val);
+	s->idx = NULL;
+	s->val = NULL;
+}
+
+int32_t sampler_argmax(const float *logits, int n)
+{
+	int32_t best = 0;
+	for (int i = 1; i < n; i++)
+		if (logits[i] > logits[best])
+			best = i;
+	return best;
+}
+
+/* llama.cpp's repetition penalty: each distinct recent token once. */
+static void apply_penalty(struct sampler *s, float *logits, const int32_t *hist, int n_hist)
+{
+	float pen = s->p.repeat_penalty;
+	if (pen == 1.0f || s->p.repeat_last_n == 0)
+		return;
+	int from = s->p.repeat_last_n < 0 || n_hist < s->p.repeat_last_n ? 0 : n_hist - s->p.repeat_last_n;
+	for (int i = from; i < n_hist; i++) {
+		int32_t t = hist[i];
+		if (t < 0 || t >= s->n_vocab)
+			continue;
+		bool seen = false;
+		for (int j = from; j < i && !seen; j++)
+			seen = hist[j] == t;
+		if (seen)
+			continue;
+		logits[t] = logits[t] > 0 ? logits[t] / pen : logits[t] * pen;
+	}
+}
+
+static int by_logit_desc(const void *a, const void *b, void *logits)
+{
+	const float *l = logits;
+	float x = l[*(const int32_t *)a], y = l[*(const int32_t *)b];
+	if (x != y)
+		return x < y ? 1 : -1;
+	return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+/* Candidates sorted by logit; returns how many survive top-k. Sorting is
+ * partial when top-k is set: selection of the k best, then a sort. */
+static int sorted_candidates(struct sampler *s, float *logits)
+{
+	int n = s->n_vocab, k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+	int m = 0;
+	if (k < n) {
+		/* threshold: the k-th largest, by a partial selection over a copy */
+		memcpy(s->val, logits, n * sizeof(float));
+		int lo = 0, hi = n - 1, want = k - 1;
+		while (lo < hi) {
+			float pivot = s->val[(lo + hi) / 2];
+			int i = lo, j = hi;
+			while (i <= j) {
+				while (s->val[i] > pivot) i++;
+				while (s->val[j] < pivot) j--;
+				if (i <= j) {
+					float t = s->val[i]; s->val[i] = s->val[j]; s->val[j] = t;
+					i++; j--;
+				}
+			}
+			if (want <= j) hi = j;
+			else if (want >= i) lo = i;
+			else break;
+		}
+		float thr = s->val[want];
+		for (int i = 0; i < n && m < n; i++)
+			if (logits[i] >= thr)
+				s->idx[m++] = i;
+	} else {
+		for (int i = 0; i < n; i++)
+			s->idx[m++] = i;
+	}
+	qsort_r(s->idx, m, sizeof *s->idx, by_logit_desc, logits);
+	return m < k ? m : k;
+}
+
+int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history, int n_history)
+{
+	apply_penalty(s, logits, history, n_history);
+	if (s->p.temp <= 0)
+		return sampler_argmax(logits, s->n_vocab);
+	int m = sorted_candidates(s, logits);
+	/* probabilities at temperature 1 for top-p and min-p, as llama.cpp */
+	float maxl = logits[s->idx[0]];
+	double sum = 0;
+	for (int i = 0; i < m; i++)
+		sum += (s->val[i] = expf(logits[s->idx[i]] - maxl));
+	if (s->p.top_p < 1.0f) {
+		double cum = 0;
+		for (int i = 0; i < m; i++) {
+			cum += s->val[i] / sum;
+			if (cum >= s->p.top_p) {
+				m = i + 1;
+				break;
+			}
+		}
+	}
+	if (s->p.min_p > 0) {
+		int keep = 1;
+		while (keep < m && s->val[keep] >= s->p.min_p * s->val[0])
+			keep++;
+		m = keep;
+	}
+	sum = 0;
+	for (int i = 0; i < m; i++)
+		sum += (s->val[i] = expf((logits[s->idx[i]] - maxl) / s->p.temp));
+	double r = (double)(next_u64(s->rng) >> 11) * 0x1.0p-53 * sum;
+	for (int i = 0; i < m; i++) {
+		r -= s->val[i];
+		if (r < 0)
+			return s->idx[i];
+	}
+	return s->idx[m - 1];
+}

@@ -1,0 +1,80 @@
+/* daemon/model/model.h — a Llama-family model read from GGUF (llama,
+ * mistral-style llama files, qwen2) and its batched forward pass.
+ *
+ * Weights stay in the file's mapping, in the file's types; only the small
+ * 1-D tensors (norms, biases) are converted to f32 at load.
+ */
+#ifndef PAGODA_MODEL_H
+#define PAGODA_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gguf_file;
+struct tokenizer;
+struct kv_pool;
+struct kv_seq;
+struct pg_pool;
+
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2 };
+enum rope_kind { ROPE_NORM, ROPE_NEOX }; /* adjacent pairs / halves */
+
+struct model_hparams {
+	enum model_arch arch;
+	int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+	int rope_dim;
+	enum rope_kind rope_kind;
+	float rope_base, rope_freq_scale, norm_eps;
+};
+
+struct model_weight {
+	const void *data;
+	uint32_t type;
+	int64_t rows, cols; /* rows outputs of cols inputs each */
+};
+
+struct model_layer {
+	float *attn_norm, *ffn_norm;
+	float *bq, *bk, *bv; /* qwen2 only */
+	struct model_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+struct model {
+	struct gguf_file *gguf;
+	struct tokenizer *tok;
+	struct model_hparams hp;
+	struct model_weight tok_embd, output;
+	float *output_norm;
+	float *rope_freqs; /* llama3-style frequency factors, or NULL */
+	struct model_layer *layers;
+	char name[128];
+	char arch_name[32];
+	uint64_t n_params;
+	uint32_t main_type; /* weight type of most of the bytes */
+};
+
+int model_load(const char *path, struct model **out, char *err, size_t errlen);
+void model_free(struct model *m);
+
+/* One ragged batch: token i belongs to seqs[seq[i]] at position pos[i].
+ * Every earlier position of that sequence must already be in the KV cache
+ * or earlier in this batch. Logits are produced for the tokens with
+ * want[i], in batch order, n_vocab floats each. */
+struct fwd_batch {
+	int n;
+	const int32_t *tokens;
+	const int32_t *pos;
+	const int *seq;
+	const bool *want;
+	struct kv_seq *const *seqs;
+	float *logits;
+};
+
+struct fwd_ctx;
+/* Scratch for batches of up to max_tokens tokens over contexts up to n_ctx. */
+struct fwd_ctx *fwd_ctx_create(const struct model *m, int max_tokens, int n_ctx, struct pg_pool *pool);
+void fwd_ctx_free(struct fwd_ctx *c);
+int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, const struct fwd_batch *b);
+
+#endif

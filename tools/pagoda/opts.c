@@ -1,0 +1,107 @@
+/* tools/pagoda/opts.c — flag parsing shared by the subcommands. */
+#include "tools/pagoda/opts.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *opt_value(int argc, char **argv, int *i)
+{
+	if (*i + 1 >= argc) {
+		fprintf(stderr, "pagoda: %s needs a value\n", argv[*i]);
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+bool opt_int(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+bool opt_float(const char *s, float *out)
+{
+	char *end;
+	errno = 0;
+	float v = strtof(s, &end);
+	if (errno || end == s || *end || v != v)
+		return false;
+	*out = v;
+	return true;
+}
+
+int opt_sampling(int argc, char **argv, int *i, struct sampling *s)
+{
+	static const char *flags[] = { "--temp", "--top-k", "--top-p", "--min-p",
+				       "--repeat-penalty", "--repeat-last-n", "--seed" };
+	int which = -1;
+	for (int k = 0; k < 7; k++)
+		if (!strcmp(argv[*i], flags[k]))
+			which = k;
+	if (which < 0)
+		return 0;
+	const char *flag = argv[*i];
+	const char *v = opt_value(argc, argv, i);
+	if (!v)
+		return -1;
+	long n;
+	bool ok = true;
+	switch (which) {
+	case 0: ok = opt_float(v, &s->temp) && s->temp >= 0; break;
+	case 1: ok = opt_int(v, 0, 1 << 24, &n); s->top_k = (int)n; break;
+	case 2: ok = opt_float(v, &s->top_p) && s->top_p > 0 && s->top_p <= 1; break;
+	case 3: ok = opt_float(v, &s->min_p) && s->min_p >= 0 && s->min_p <= 1; break;
+	case 4: ok = opt_float(v, &s->repeat_penalty) && s->repeat_penalty > 0; break;
+	case 5: ok = opt_int(v, -1, 1 << 24, &n); s->repeat_last_n = (int)n; break;
+	case 6: {
+		char *end;
+		errno = 0;
+		s->seed = strtoull(v, &end, 0);
+		ok = !errno && end != v && !*end;
+		break;
+	}
+	}
+	if (!ok) {
+		fprintf(stderr, "pagoda: bad value '%s' for %s\n", v, flag);
+		return -1;
+	}
+	return 1;
+}
+
+char *read_all(FILE *f, size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		size_t got = fread(buf + n, 1, cap - n - 1, f);
+		n += got;
+		if (got == 0)
+			break;
+		if (cap - n - 1 == 0) {
+			char *nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				return NULL;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	if (buf) {
+		buf[n] = 0;
+		*len = n;
+	}
+	return buf;
+}
+
+double ns_to_s(uint64_t ns)
+{
+	return (double)ns / 1e9;
+}

@@ -1,0 +1,166 @@
+/* tools/pagoda/run.c — `pagoda run`: the engine in-process, the same code
+ * pagodad runs, driven on this thread. stdout gets only the completion. */
+#include "daemon/engine/engine.h"
+#include "daemon/model/tokenizer.h"
+#include "tools/pagoda/cmds.h"
+#include "tools/pagoda/opts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct run_state {
+	bool ids, done, first_id;
+	enum finish_reason why;
+	char msg[256];
+};
+
+static void on_token(struct engine_req *r, int32_t tok, const char *text, size_t len)
+{
+	struct run_state *st = r->user;
+	if (st->ids) {
+		if (tok >= 0) {
+			printf(st->first_id ? "%d" : " %d", tok);
+			st->first_id = false;
+		}
+	} else if (len) {
+		fwrite(text, 1, len, stdout);
+	}
+	fflush(stdout);
+}
+
+static void on_done(struct engine_req *r, enum finish_reason why, int err, const char *msg)
+{
+	struct run_state *st = r->user;
+	st->done = true;
+	st->why = why;
+	snprintf(st->msg, sizeof st->msg, "%s", msg ? msg : "");
+}
+
+static int usage(FILE *f)
+{
+	fprintf(f, "usage: pagoda run -m MODEL.gguf -p PROMPT [options]\n"
+		   "  -m, --model PATH     GGUF model\n"
+		   "  -p, --prompt TEXT    the prompt (-f FILE reads it from a file)\n"
+		   "  -n, --n-predict N    tokens to generate (default: until end of text or context)\n"
+		   "  -c, --ctx-size N     context length (default: the model's, at most 4096)\n"
+		   "  -t, --threads N      compute threads (default: all cores)\n"
+		   "  --ids                print generated token ids instead of text\n"
+		   SAMPLING_FLAGS_HELP);
+	return f == stdout ? 0 : 2;
+}
+
+static void report(const struct engine_req *r)
+{
+	const struct req_timings *t = &r->timings;
+	double ttft = t->t_first_ns ? ns_to_s(t->t_first_ns - t->t_submit_ns) : 0;
+	double prefill = t->t_first_ns ? ns_to_s(t->t_first_ns - t->t_admit_ns) : 0;
+	double gen = t->t_first_ns && t->n_gen > 1 ? ns_to_s(t->t_done_ns - t->t_first_ns) : 0;
+	fprintf(stderr, "\npagoda: prompt %d tokens, %.2f tok/s | generated %d tokens, %.2f tok/s | TTFT %.1f ms\n",
+		t->n_prompt, prefill > 0 ? t->n_prompt / prefill : 0.0, t->n_gen,
+		gen > 0 ? (t->n_gen - 1) / gen : 0.0, ttft * 1e3);
+}
+
+int cmd_run(int argc, char **argv)
+{
+	struct engine_opts eo = { 0 };
+	struct sampling smp;
+	sampling_defaults(&smp);
+	const char *prompt = NULL, *prompt_file = NULL;
+	long n_predict = -1, v;
+	bool ids = false;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val;
+		int r = opt_sampling(argc, argv, &i, &smp);
+		if (r < 0)
+			return 2;
+		if (r > 0)
+			continue;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+			return usage(stdout);
+		if (!strcmp(a, "--ids")) {
+			ids = true;
+			continue;
+		}
+		if (!(val = opt_value(argc, argv, &i)))
+			return 2;
+		if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+			eo.model_path = val;
+		else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+			prompt = val;
+		else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
+			prompt_file = val;
+		else if ((!strcmp(a, "-n") || !strcmp(a, "--n-predict")) && opt_int(val, -1, 1 << 24, &v))
+			n_predict = v;
+		else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && opt_int(val, 0, 1 << 24, &v))
+			eo.n_ctx = (int)v;
+		else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && opt_int(val, 0, 1024, &v))
+			eo.threads = (int)v;
+		else {
+			fprintf(stderr, "pagoda run: bad option %s %s\n", a, val);
+			return usage(stderr);
+		}
+	}
+	char *file_text = NULL;
+	if (prompt_file) {
+		FILE *f = fopen(prompt_file, "rb");
+		size_t n;
+		if (!f || !(file_text = read_all(f, &n))) {
+			perror(prompt_file);
+			if (f)
+				fclose(f);
+			return 1;
+		}
+		fclose(f);
+		prompt = file_text;
+	}
+	if (!eo.model_path || !prompt) {
+		fprintf(stderr, "pagoda run: -m MODEL and -p PROMPT are required\n");
+		free(file_text);
+		return usage(stderr);
+	}
+	char err[512];
+	struct engine *e;
+	if (engine_create(&eo, &e, err, sizeof err)) {
+		fprintf(stderr, "pagoda run: %s\n", err);
+		free(file_text);
+		return 1;
+	}
+	const struct tokenizer *tok = engine_tokenizer(e);
+	int cap = engine_n_ctx(e);
+	int32_t *toks = malloc(cap * sizeof *toks);
+	int n = toks ? tok_encode(tok, prompt, strlen(prompt), tok_add_bos(tok), true, toks, cap) : -1;
+	free(file_text);
+	int rc = 0;
+	if (n < 0 && n != TOK_ERR) {
+		fprintf(stderr, "pagoda run: prompt of %d tokens does not fit the context of %d\n", -n, cap);
+		rc = 1;
+	} else if (n <= 0) {
+		fprintf(stderr, "pagoda run: the prompt could not be tokenized\n");
+		rc = 1;
+	}
+	struct run_state st = { .ids = ids, .first_id = true };
+	struct engine_req req = { .id = 1, .prompt = toks, .n_prompt = n, .sampling = smp,
+				  .on_token = on_token, .on_done = on_done, .user = &st };
+	if (!rc) {
+		int room = cap - n;
+		req.max_tokens = n_predict < 0 || n_predict > room ? room : (int)n_predict;
+		if (req.max_tokens == 0)
+			st.done = true;
+		else if (engine_submit(e, &req) == 0)
+			while (engine_step(e) > 0)
+				;
+		if (ids)
+			putchar('\n');
+		fflush(stdout);
+		if (st.why == FINISH_ERROR) {
+			fprintf(stderr, "pagoda run: %s\n", st.msg);
+			rc = 1;
+		} else if (req.max_tokens) {
+			report(&req);
+		}
+	}
+	free(toks);
+	engine_destroy(e);
+	return rc;
+}
