@@ -128,8 +128,8 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	set_defaults(e, o);
 	int bs = o->block_size > 0 ? o->block_size : 16;
 	const struct model_hparams *hp = &e->m->hp;
-	r = kv_pool_init(&e->kv, pool_blocks(e, o, bs), bs, hp->n_layer, hp->n_head_kv * hp->head_dim, err,
-			 errlen);
+	r = kv_pool_init(&e->kv, pool_blocks(e, o, bs), bs, hp->n_layer, hp->n_head_kv * hp->head_dim,
+			 !o->no_prefix_cache, err, errlen);
 	if (r)
 		goto fail;
 	e->pool = pg_pool_create(o->threads);
@@ -460,12 +460,24 @@ again:
 	}
 	while (e->wait_head && e->n_running < e->max_seqs && p->n_tok < e->max_batch) {
 		struct seq *s = e->wait_head;
+		int cached = kv_seq_match_prefix(&e->kv, &s->kv, s->tokens, s->n_tokens);
+		s->n_computed = cached;
 		int take = chunk_for(e, s, p);
-		if (kv_seq_reserve(&e->kv, &s->kv, take) != 0)
-			break; /* admitted later, when blocks free up */
+		if (kv_seq_reserve(&e->kv, &s->kv, s->n_computed + take) != 0) {
+			/* admitted later, when blocks free up; hold nothing meanwhile */
+			kv_seq_release(&e->kv, &s->kv);
+			s->n_computed = 0;
+			break;
+		}
 		pop_wait(e);
-		if (!s->req->timings.t_admit_ns)
+		if (!s->req->timings.t_admit_ns) {
 			s->req->timings.t_admit_ns = now_ns();
+			s->req->timings.n_cached = cached < s->req->n_prompt ? cached : s->req->n_prompt;
+			pthread_mutex_lock(&e->lock);
+			e->stats.prompt_tokens += s->req->n_prompt;
+			e->stats.cached_prompt_tokens += s->req->timings.n_cached;
+			pthread_mutex_unlock(&e->lock);
+		}
 		s->admit_order = ++e->admit_counter;
 		e->running[e->n_running++] = s;
 		plan_add(e, p, s, take);
@@ -496,11 +508,15 @@ static void after_forward(struct engine *e, const struct plan *p)
 	for (int slot = 0; slot < p->n_slots; slot++) {
 		struct seq *s = e->b_owner[slot];
 		s->n_computed += e->b_take[slot];
+		kv_seq_commit(&e->kv, &s->kv, s->tokens, s->n_computed);
 		if (s->n_computed != s->n_tokens)
 			continue;
 		float *logits = e->logits + (size_t)out_row++ * e->n_vocab;
 		int32_t tok = sampler_sample(&s->smp, logits, s->tokens, s->n_tokens);
 		enum finish_reason why = FINISH_NONE;
+		pthread_mutex_lock(&e->lock);
+		e->stats.gen_tokens++;
+		pthread_mutex_unlock(&e->lock);
 		if (tok_is_eog(e->m->tok, tok)) {
 			why = FINISH_EOS;
 		} else {
@@ -538,24 +554,26 @@ static void update_stats(struct engine *e, const struct plan *p)
 	e->stats.waiting = waiting;
 	for (struct seq *s = e->in_head; s; s = s->next)
 		e->stats.waiting++;
-	e->stats.kv_blocks_used = e->kv.n_blocks - e->kv.n_free;
+	e->stats.kv_blocks_used = kv_used(&e->kv);
+	e->stats.kv_blocks_cached = e->kv.n_cached;
 	e->stats.kv_waste = used_slots ? (double)(used_slots - tokens) / used_slots : 0;
 	pthread_mutex_unlock(&e->lock);
 }
 
+/* Positions computed this step: prompt positions (first computation or a
+ * recompute after preemption) and generated ones. */
 static void count_tokens(struct engine *e, const struct plan *p)
 {
-	uint64_t prompt = 0, gen = 0;
+	uint64_t prefill = 0, decode = 0;
 	for (int slot = 0; slot < p->n_slots; slot++) {
-		const struct seq *s = e->b_owner[slot];
-		int from = s->n_computed, to = s->n_computed + e->b_take[slot];
-		int n_prompt = s->req->n_prompt;
-		prompt += from < n_prompt ? (to < n_prompt ? to : n_prompt) - from : 0;
-		gen += to > n_prompt ? to - (from > n_prompt ? from : n_prompt) : 0;
+		if (e->b_take[slot] == 1 && e->b_owner[slot]->n_computed >= e->b_owner[slot]->req->n_prompt)
+			decode++;
+		else
+			prefill += e->b_take[slot];
 	}
 	pthread_mutex_lock(&e->lock);
-	e->stats.prompt_tokens += prompt;
-	e->stats.gen_tokens += gen;
+	e->stats.prefill_tokens += prefill;
+	e->stats.decode_tokens += decode;
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -651,7 +669,7 @@ void engine_destroy(struct engine *e)
 	fwd_ctx_free(e->fwd);
 	if (e->pool)
 		pg_pool_destroy(e->pool);
-	if (e->kv.refcnt)
+	if (e->kv.meta)
 		kv_pool_free(&e->kv);
 	model_free(e->m);
 	if (e->evfd >= 0)

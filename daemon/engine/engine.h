@@ -119,7 +119,12 @@ int engine_event_fd(const struct engine *e);
 
 struct engine_stats {
 	uint64_t requests_submitted, requests_finished, requests_failed, requests_cancelled;
-	uint64_t prompt_tokens, cached_prompt_tokens, gen_tokens, steps, preemptions;
+	uint64_t prompt_tokens;        /* prompt tokens of admitted requests */
+	uint64_t cached_prompt_tokens; /* of those, served from the prefix cache */
+	uint64_t prefill_tokens;       /* positions computed in prefill (recomputes too) */
+	uint64_t decode_tokens;        /* positions computed one at a time */
+	uint64_t gen_tokens;           /* tokens sampled */
+	uint64_t steps, preemptions;
 	int running, waiting;
 	int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached;
 	double kv_waste; /* allocated slots not holding a token / allocated slots */

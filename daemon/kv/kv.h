@@ -1,7 +1,18 @@
 /* daemon/kv/kv.h — the paged KV-cache: a pool of fixed-size blocks (all
- * layers of block_size tokens each, K and V in f16) and per-sequence block
- * tables. Nothing outside daemon/kv/ reads a block table: others reach a
- * token's K/V rows through kv_k_row / kv_v_row.
+ * layers of block_size tokens each, K and V in f16), per-sequence block
+ * tables, reference counts and prefix caching.
+ *
+ * A full block is content-addressed by a chained hash of (parent block's
+ * hash, its token ids): a later sequence whose prompt starts with the same
+ * tokens maps the same blocks instead of recomputing them. Blocks no
+ * sequence holds stay cached, least recently released first out, until
+ * their memory is needed. A block another sequence may map is never
+ * written: sequences only write positions past their matched prefix, in
+ * blocks they alone hold.
+ *
+ * Nothing outside daemon/kv/ reads a block table: others reach a token's
+ * K/V rows through kv_k_row / kv_v_row. Not thread-safe: the engine thread
+ * owns the pool.
  */
 #ifndef PAGODA_KV_H
 #define PAGODA_KV_H
@@ -12,6 +23,17 @@
 
 #include "kernels/types.h"
 
+struct kv_hash {
+	uint64_t lo, hi;
+};
+
+struct kv_block_meta {
+	int32_t refcnt;
+	int32_t lru_prev, lru_next; /* cached (refcnt 0, hashed) blocks */
+	bool hashed;                /* listed in the hash table */
+	struct kv_hash hash;
+};
+
 struct kv_pool {
 	int64_t n_blocks;
 	int block_size;
@@ -20,29 +42,48 @@ struct kv_pool {
 	size_t layer_stride; /* elements between two layers of a block */
 	size_t block_stride; /* elements between two blocks */
 	pg_f16 *k, *v;
-	/* block bookkeeping */
-	int32_t *refcnt;
-	int32_t *free_list;
+	struct kv_block_meta *meta;
+	int32_t *free_list;  /* blocks holding nothing */
 	int64_t n_free;
+	int32_t lru_head, lru_tail; /* cached blocks, oldest first; -1 when empty */
+	int64_t n_cached;
+	int32_t *table;      /* open addressing: block id, -1 empty, -2 deleted */
+	int64_t table_cap, n_deleted;
+	bool prefix_cache;
+	/* counters */
+	uint64_t hits_blocks, evictions;
 };
 
 struct kv_seq {
 	int32_t *blocks;     /* block table */
 	int n_blocks, cap;
-	int n_tokens;        /* positions with K/V written */
+	int n_hashed;        /* leading blocks whose hash chain is known */
 };
 
 int kv_pool_init(struct kv_pool *p, int64_t n_blocks, int block_size, int n_layer, int kv_dim,
-		 char *err, size_t errlen);
+		 bool prefix_cache, char *err, size_t errlen);
 void kv_pool_free(struct kv_pool *p);
 size_t kv_block_bytes(int block_size, int n_layer, int kv_dim);
 
+/* Blocks that could be handed out now (free + cached). */
+int64_t kv_available(const struct kv_pool *p);
+int64_t kv_used(const struct kv_pool *p);
+int kv_blocks_needed(const struct kv_pool *p, int n_tokens);
+
+/* For an empty sequence: maps the cached blocks that hold a prefix of
+ * tokens[0, n), leaving at least one token to compute. Returns the number of
+ * tokens now present (a multiple of block_size). */
+int kv_seq_match_prefix(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n);
 /* Make room for positions [0, n_tokens). Returns 0, or -ENOSPC when the
  * pool cannot supply the blocks (the sequence then holds what it had). */
 int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_tokens);
-/* Returns every block to the pool and empties the table. */
+/* After positions [0, n_computed) hold K/V for tokens: publishes every full
+ * block not yet published, so later sequences can share it. */
+void kv_seq_commit(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n_computed);
+/* Returns every block (cached ones stay cached) and empties the table. */
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s);
-int kv_blocks_needed(const struct kv_pool *p, int n_tokens);
+/* Forgets every cached block (the ones no sequence holds). */
+void kv_drop_cache(struct kv_pool *p);
 
 static inline pg_f16 *kv_row(const struct kv_pool *p, pg_f16 *base, const struct kv_seq *s,
 			     int layer, int pos)

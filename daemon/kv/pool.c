@@ -1,4 +1,5 @@
-/* daemon/kv/pool.c — block allocation for the paged KV-cache. */
+/* daemon/kv/pool.c — block allocation, reference counts, the prefix-cache
+ * hash table and the LRU of cached blocks. */
 #include "daemon/kv/kv.h"
 
 #include <errno.h>
@@ -6,17 +7,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#define SLOT_EMPTY (-1)
+#define SLOT_DELETED (-2)
 
 size_t kv_block_bytes(int block_size, int n_layer, int kv_dim)
 {
 	return 2 * sizeof(pg_f16) * (size_t)block_size * n_layer * kv_dim;
 }
 
+static size_t pool_bytes(const struct kv_pool *p)
+{
+	return p->block_stride * sizeof(pg_f16) * (size_t)p->n_blocks;
+}
+
 int kv_pool_init(struct kv_pool *p, int64_t n_blocks, int block_size, int n_layer, int kv_dim,
-		 char *err, size_t errlen)
+		 bool prefix_cache, char *err, size_t errlen)
 {
 	memset(p, 0, sizeof *p);
-	if (n_blocks <= 0 || n_blocks > INT32_MAX || block_size <= 0 || n_layer <= 0 || kv_dim <= 0) {
+	if (n_blocks <= 0 || n_blocks > (INT32_MAX >> 2) || block_size <= 0 || block_size > 4096 ||
+	    n_layer <= 0 || kv_dim <= 0) {
 		snprintf(err, errlen, "kv: bad pool shape (%lld blocks of %d tokens)", (long long)n_blocks,
 			 block_size);
 		return -EINVAL;
@@ -27,13 +39,19 @@ int kv_pool_init(struct kv_pool *p, int64_t n_blocks, int block_size, int n_laye
 	p->kv_dim = kv_dim;
 	p->layer_stride = (size_t)block_size * kv_dim;
 	p->block_stride = p->layer_stride * n_layer;
-	size_t bytes = p->block_stride * sizeof(pg_f16) * (size_t)n_blocks;
-	/* Anonymous mappings: pages are touched only when a block is used. */
+	p->prefix_cache = prefix_cache;
+	p->lru_head = p->lru_tail = -1;
+	size_t bytes = pool_bytes(p);
+	/* Anonymous mappings: pages cost memory only once a block is used. */
 	p->k = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	p->v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	p->refcnt = calloc(n_blocks, sizeof *p->refcnt);
+	p->table_cap = 16;
+	while (p->table_cap < 2 * n_blocks)
+		p->table_cap *= 2;
+	p->meta = calloc(n_blocks, sizeof *p->meta);
 	p->free_list = malloc(n_blocks * sizeof *p->free_list);
-	if (p->k == MAP_FAILED || p->v == MAP_FAILED || !p->refcnt || !p->free_list) {
+	p->table = malloc(p->table_cap * sizeof *p->table);
+	if (p->k == MAP_FAILED || p->v == MAP_FAILED || !p->meta || !p->free_list || !p->table) {
 		if (p->k == MAP_FAILED)
 			p->k = NULL;
 		if (p->v == MAP_FAILED)
@@ -43,23 +61,37 @@ int kv_pool_init(struct kv_pool *p, int64_t n_blocks, int block_size, int n_laye
 			 (long long)n_blocks);
 		return -ENOMEM;
 	}
-	/* LIFO: hand out low block numbers first so memory stays compact. */
-	for (int64_t i = 0; i < n_blocks; i++)
+	for (int64_t i = 0; i < p->table_cap; i++)
+		p->table[i] = SLOT_EMPTY;
+	/* LIFO: low block numbers first, so touched memory stays compact. */
+	for (int64_t i = 0; i < n_blocks; i++) {
 		p->free_list[i] = (int32_t)(n_blocks - 1 - i);
+		p->meta[i].lru_prev = p->meta[i].lru_next = -1;
+	}
 	p->n_free = n_blocks;
 	return 0;
 }
 
 void kv_pool_free(struct kv_pool *p)
 {
-	size_t bytes = p->block_stride * sizeof(pg_f16) * (size_t)p->n_blocks;
 	if (p->k)
-		munmap(p->k, bytes);
+		munmap(p->k, pool_bytes(p));
 	if (p->v)
-		munmap(p->v, bytes);
-	free(p->refcnt);
+		munmap(p->v, pool_bytes(p));
+	free(p->meta);
 	free(p->free_list);
+	free(p->table);
 	memset(p, 0, sizeof *p);
+}
+
+int64_t kv_available(const struct kv_pool *p)
+{
+	return p->n_free + p->n_cached;
+}
+
+int64_t kv_used(const struct kv_pool *p)
+{
+	return p->n_blocks - p->n_free - p->n_cached;
 }
 
 int kv_blocks_needed(const struct kv_pool *p, int n_tokens)
@@ -67,38 +99,225 @@ int kv_blocks_needed(const struct kv_pool *p, int n_tokens)
 	return (n_tokens + p->block_size - 1) / p->block_size;
 }
 
+/* ---- LRU of cached blocks --------------------------------------------------- */
+
+static void lru_unlink(struct kv_pool *p, int32_t b)
+{
+	struct kv_block_meta *m = &p->meta[b];
+	if (m->lru_prev >= 0)
+		p->meta[m->lru_prev].lru_next = m->lru_next;
+	else
+		p->lru_head = m->lru_next;
+	if (m->lru_next >= 0)
+		p->meta[m->lru_next].lru_prev = m->lru_prev;
+	else
+		p->lru_tail = m->lru_prev;
+	m->lru_prev = m->lru_next = -1;
+	p->n_cached--;
+}
+
+static void lru_push(struct kv_pool *p, int32_t b)
+{
+	struct kv_block_meta *m = &p->meta[b];
+	m->lru_prev = p->lru_tail;
+	m->lru_next = -1;
+	if (p->lru_tail >= 0)
+		p->meta[p->lru_tail].lru_next = b;
+	else
+		p->lru_head = b;
+	p->lru_tail = b;
+	p->n_cached++;
+}
+
+/* ---- hash table --------------------------------------------------------------- */
+
+static struct kv_hash chain_hash(struct kv_hash parent, const int32_t *tokens, int n)
+{
+	XXH3_state_t st;
+	XXH3_128bits_reset(&st);
+	XXH3_128bits_update(&st, &parent, sizeof parent);
+	XXH3_128bits_update(&st, tokens, n * sizeof *tokens);
+	XXH128_hash_t h = XXH3_128bits_digest(&st);
+	return (struct kv_hash){ h.low64, h.high64 };
+}
+
+static bool hash_eq(struct kv_hash a, struct kv_hash b)
+{
+	return a.lo == b.lo && a.hi == b.hi;
+}
+
+static int32_t table_find(const struct kv_pool *p, struct kv_hash h)
+{
+	uint64_t mask = p->table_cap - 1;
+	for (uint64_t i = h.lo & mask, n = 0; n < (uint64_t)p->table_cap; i = (i + 1) & mask, n++) {
+		int32_t b = p->table[i];
+		if (b == SLOT_EMPTY)
+			return -1;
+		if (b >= 0 && hash_eq(p->meta[b].hash, h))
+			return b;
+	}
+	return -1;
+}
+
+static void table_insert(struct kv_pool *p, int32_t blk)
+{
+	uint64_t mask = p->table_cap - 1;
+	for (uint64_t i = p->meta[blk].hash.lo & mask;; i = (i + 1) & mask)
+		if (p->table[i] < 0) {
+			if (p->table[i] == SLOT_DELETED)
+				p->n_deleted--;
+			p->table[i] = blk;
+			p->meta[blk].hashed = true;
+			return;
+		}
+}
+
+/* Tombstones lengthen probes; past a quarter of the table, start over
+ * from the blocks still published. */
+static void table_rebuild(struct kv_pool *p)
+{
+	for (int64_t i = 0; i < p->table_cap; i++)
+		p->table[i] = SLOT_EMPTY;
+	p->n_deleted = 0;
+	for (int32_t b = 0; b < p->n_blocks; b++)
+		if (p->meta[b].hashed)
+			table_insert(p, b);
+}
+
+static void table_remove(struct kv_pool *p, int32_t blk)
+{
+	uint64_t mask = p->table_cap - 1;
+	for (uint64_t i = p->meta[blk].hash.lo & mask;; i = (i + 1) & mask) {
+		if (p->table[i] == SLOT_EMPTY)
+			break;
+		if (p->table[i] == blk) {
+			p->table[i] = SLOT_DELETED;
+			p->n_deleted++;
+			break;
+		}
+	}
+	p->meta[blk].hashed = false;
+	if (p->n_deleted > p->table_cap / 4)
+		table_rebuild(p);
+}
+
+/* ---- sequences ---------------------------------------------------------------- */
+
+static int grow_table(struct kv_seq *s, int need)
+{
+	if (need <= s->cap)
+		return 0;
+	int cap = s->cap ? s->cap : 8;
+	while (cap < need)
+		cap *= 2;
+	int32_t *nb = realloc(s->blocks, cap * sizeof *nb);
+	if (!nb)
+		return -ENOMEM;
+	s->blocks = nb;
+	s->cap = cap;
+	return 0;
+}
+
+static struct kv_hash parent_of(const struct kv_pool *p, const struct kv_seq *s, int i)
+{
+	return i == 0 ? (struct kv_hash){ 0x70a60da, 0 } : p->meta[s->blocks[i - 1]].hash;
+}
+
+int kv_seq_match_prefix(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n)
+{
+	if (!p->prefix_cache || s->n_blocks != 0)
+		return s->n_blocks * p->block_size;
+	int max_blocks = (n - 1) / p->block_size; /* keep one token to compute */
+	if (grow_table(s, max_blocks))
+		return 0;
+	struct kv_hash h = parent_of(p, s, 0);
+	for (int i = 0; i < max_blocks; i++) {
+		h = chain_hash(h, tokens + (size_t)i * p->block_size, p->block_size);
+		int32_t b = table_find(p, h);
+		if (b < 0)
+			break;
+		if (p->meta[b].refcnt++ == 0)
+			lru_unlink(p, b);
+		s->blocks[s->n_blocks++] = b;
+		p->hits_blocks++;
+	}
+	s->n_hashed = s->n_blocks;
+	return s->n_blocks * p->block_size;
+}
+
+static int32_t take_block(struct kv_pool *p)
+{
+	if (p->n_free)
+		return p->free_list[--p->n_free];
+	int32_t b = p->lru_head;
+	lru_unlink(p, b);
+	table_remove(p, b);
+	p->evictions++;
+	return b;
+}
+
 int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_tokens)
 {
 	int need = kv_blocks_needed(p, n_tokens);
 	if (need <= s->n_blocks)
 		return 0;
-	if (need - s->n_blocks > p->n_free)
+	if (need - s->n_blocks > kv_available(p))
 		return -ENOSPC;
-	if (need > s->cap) {
-		int cap = s->cap ? s->cap : 8;
-		while (cap < need)
-			cap *= 2;
-		int32_t *nb = realloc(s->blocks, cap * sizeof *nb);
-		if (!nb)
-			return -ENOMEM;
-		s->blocks = nb;
-		s->cap = cap;
-	}
+	if (grow_table(s, need))
+		return -ENOMEM;
 	while (s->n_blocks < need) {
-		int32_t b = p->free_list[--p->n_free];
-		p->refcnt[b] = 1;
+		int32_t b = take_block(p);
+		p->meta[b].refcnt = 1;
 		s->blocks[s->n_blocks++] = b;
 	}
 	return 0;
 }
 
+void kv_seq_commit(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n_computed)
+{
+	if (!p->prefix_cache)
+		return;
+	int full = n_computed / p->block_size;
+	if (full > s->n_blocks)
+		full = s->n_blocks;
+	for (int i = s->n_hashed; i < full; i++) {
+		int32_t b = s->blocks[i];
+		struct kv_hash h = chain_hash(parent_of(p, s, i), tokens + (size_t)i * p->block_size,
+					      p->block_size);
+		p->meta[b].hash = h;
+		/* An equal block already published keeps its place: this one
+		 * stays private and goes back to the free list when released. */
+		if (table_find(p, h) < 0)
+			table_insert(p, b);
+	}
+	if (full > s->n_hashed)
+		s->n_hashed = full;
+}
+
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s)
 {
-	for (int i = 0; i < s->n_blocks; i++) {
+	/* Last block first, so a prefix's earlier blocks (more widely shared)
+	 * are the last to be evicted. */
+	for (int i = s->n_blocks - 1; i >= 0; i--) {
 		int32_t b = s->blocks[i];
-		if (--p->refcnt[b] == 0)
+		if (--p->meta[b].refcnt > 0)
+			continue;
+		if (p->meta[b].hashed)
+			lru_push(p, b);
+		else
 			p->free_list[p->n_free++] = b;
 	}
 	free(s->blocks);
 	memset(s, 0, sizeof *s);
+}
+
+void kv_drop_cache(struct kv_pool *p)
+{
+	while (p->lru_head >= 0) {
+		int32_t b = p->lru_head;
+		lru_unlink(p, b);
+		table_remove(p, b);
+		p->free_list[p->n_free++] = b;
+	}
+	table_rebuild(p);
 }

@@ -88,7 +88,8 @@ static int perplexity(struct ppl_run *p, const int32_t *toks, int n_tok, int n_c
 static int setup(struct ppl_run *p, int n_ctx, int threads, char *err, size_t errlen)
 {
 	const struct model_hparams *hp = &p->m->hp;
-	if (kv_pool_init(&p->kv, (n_ctx + 15) / 16, 16, hp->n_layer, hp->n_head_kv * hp->head_dim, err, errlen))
+	if (kv_pool_init(&p->kv, (n_ctx + 15) / 16, 16, hp->n_layer, hp->n_head_kv * hp->head_dim, false,
+			 err, errlen))
 		return -1;
 	p->pool = pg_pool_create(threads);
 	p->fwd = p->pool ? fwd_ctx_create(p->m, n_ctx, n_ctx, p->pool) : NULL;
@@ -112,7 +113,7 @@ static void teardown(struct ppl_run *p)
 	fwd_ctx_free(p->fwd);
 	if (p->pool)
 		pg_pool_destroy(p->pool);
-	if (p->kv.refcnt)
+	if (p->kv.meta)
 		kv_pool_free(&p->kv);
 	free(p->logits);
 	free(p->pos);

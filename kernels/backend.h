@@ -1,0 +1,78 @@
+/* kernels/backend.h — the one compute door the model code uses.
+ *
+ * Numerics follow ggml's CPU backend (llama.cpp built for x86 with AVX2 or
+ * AVX-512): a matmul converts the f32 activations to the weight type's
+ * "vec-dot type" exactly as ggml does (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for
+ * Q4_1/Q5_1, Q8_K for the K-quants, f16/bf16 rounding for F16/BF16), then
+ * takes dot products of those quantized values with ggml's scale formulas.
+ * Only the order of floating-point summation may differ from ggml.
+ */
+#ifndef PAGODA_KERNELS_BACKEND_H
+#define PAGODA_KERNELS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+/* ---- thread pool ---------------------------------------------------------- */
+struct pg_pool;
+/* nthreads <= 0: all online cores. Returns NULL on failure. */
+struct pg_pool *pg_pool_create(int nthreads);
+void pg_pool_destroy(struct pg_pool *p);
+int pg_pool_size(const struct pg_pool *p);
+/* Runs fn(arg, ith, nth) on every pool thread (the caller is thread 0) and
+ * returns when all are done. Idle workers spin briefly, then sleep on a
+ * futex. Calls from several threads are serialized. p == NULL runs
+ * fn(arg, 0, 1) on the caller. */
+void pg_pool_run(struct pg_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
+
+/* ---- matmul --------------------------------------------------------------- */
+/* Y[i][j] = sum_k X[i][k] * W[j][k] for i<m, j<n. W: n rows of type wtype,
+ * each pg_row_size(wtype,k) bytes, contiguous. X: m x k f32 row-major.
+ * Y: m x n f32 with row stride ldy (>= n). p may be NULL (one thread).
+ * k must be a whole number of wtype's blocks. */
+void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k,
+	       const float *X, int64_t m, float *Y, int64_t ldy);
+/* Same, with activations already converted by pg_quantize_act (row stride
+ * pg_act_row_size(wtype,k) bytes): lets a caller quantize once and feed
+ * several matmuls of the same weight type (Q, K, V; gate, up). */
+void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k,
+		 const void *Xq, int64_t m, float *Y, int64_t ldy);
+/* The type activations are converted to for a weight of type wtype
+ * (ggml's vec_dot_type), its row size, and the conversion itself (the
+ * same on every ISA, bit for bit). */
+uint32_t pg_vec_dot_type(uint32_t wtype);
+size_t pg_act_row_size(uint32_t wtype, int64_t k);
+void pg_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k);
+
+bool pg_type_supported(uint32_t type);
+/* k a multiple of the type's block. */
+void pg_dequant_row(uint32_t type, const void *src, float *dst, int64_t k);
+/* ggml's reference quantizers (*_ref): F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0, Q8_1, Q8_K, Q4_K, Q5_K, Q6_K. Returns bytes written,
+ * 0 if the type is not supported or k is not a whole number of blocks. */
+size_t pg_quantize_row(uint32_t type, const float *src, void *dst, int64_t k);
+
+/* ---- ISA ------------------------------------------------------------------ */
+/* "avx512", "avx2" or "scalar". PAGODA_ISA=scalar|avx2|avx512 caps it. */
+const char *pg_cpu_isa(void);
+/* Forces an ISA no higher than the CPU has; false if the CPU lacks it or
+ * the name is unknown. Not for use while other threads compute. */
+bool pg_cpu_set_isa(const char *name);
+
+/* ---- elementwise, with ggml's numerics ------------------------------------ */
+/* Sum of squares in double, scale = 1/sqrtf(mean+eps), y = (x*scale)*w. */
+void pg_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+/* In place: x - max, exp, sum in double, scale by 1/sum (ggml_soft_max).
+ * exp is ggml's vector approximation on the SIMD ISAs, as ggml on x86. */
+void pg_softmax(float *x, int64_t n);
+/* out = silu(gate) * up, silu(x) = x/(1+exp(-x)) (ggml_vec_swiglu_f32). */
+void pg_swiglu(float *out, const float *gate, const float *up, int64_t n);
+void pg_f32_to_f16_row(const float *x, pg_f16 *y, int64_t n);
+void pg_f16_to_f32_row(const pg_f16 *x, float *y, int64_t n);
+/* dot of two f16 rows, f32 products and accumulation (ggml_vec_dot_f16). */
+float pg_dot_f16(const pg_f16 *a, const pg_f16 *b, int64_t n);
+
+#endif

@@ -1,0 +1,85 @@
+/* kernels/cpu/cpu.h — what the per-ISA translation units share.
+ *
+ * Each ISA fills one struct pg_kern; dispatch.c picks one at run time.
+ * Nothing here is part of the door (kernels/backend.h).
+ */
+#ifndef PAGODA_KERNELS_CPU_H
+#define PAGODA_KERNELS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+
+/* Widest tile of activation rows a gemv kernel takes in one call: each
+ * weight block is decoded once and used against this many rows. */
+#define PG_MAX_NR 4
+
+/* s[r*bs] = dot(w, x + r*bx) for r < nr (1 <= nr <= PG_MAX_NR); w is one
+ * weight row, x rows of the weight's vec-dot type; k elements. */
+typedef void (*pg_gemv_fn)(int64_t k, const void *w, const void *x, size_t bx, int nr,
+			   float *s, size_t bs);
+/* Activation conversion to the vec-dot type; identical output on every ISA. */
+typedef void (*pg_from_float_fn)(const float *x, void *y, int64_t k);
+
+struct pg_kern {
+	const char *name;
+	pg_gemv_fn gemv[PG_TYPE_COUNT];
+	pg_from_float_fn from_float[PG_TYPE_COUNT]; /* indexed by vec-dot type */
+	void (*softmax)(float *x, int64_t n);
+	void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
+	void (*f32_to_f16)(const float *x, pg_f16 *y, int64_t n);
+	void (*f16_to_f32)(const pg_f16 *x, float *y, int64_t n);
+	float (*dot_f16)(const pg_f16 *a, const pg_f16 *b, int64_t n);
+};
+
+extern const struct pg_kern pg_kern_scalar;
+extern const struct pg_kern pg_kern_avx2;
+extern const struct pg_kern pg_kern_avx512;
+
+bool pg_cpu_has_avx512bf16(void);
+
+/* SIMD elementwise ops (ops_avx2.c, ops_avx512.c): ggml's vector expf of
+ * the same width, so softmax and SwiGLU round as llama.cpp's build. */
+void pg_softmax_avx2(float *x, int64_t n);
+void pg_swiglu_avx2(float *out, const float *g, const float *u, int64_t n);
+void pg_f32_to_f16_avx2(const float *x, pg_f16 *y, int64_t n);
+void pg_f16_to_f32_avx2(const pg_f16 *x, float *y, int64_t n);
+void pg_softmax_avx512(float *x, int64_t n);
+void pg_swiglu_avx512(float *out, const float *g, const float *u, int64_t n);
+void pg_f32_to_f16_avx512(const float *x, pg_f16 *y, int64_t n);
+void pg_f16_to_f32_avx512(const pg_f16 *x, float *y, int64_t n);
+
+/* The table in use (dispatch.c). */
+const struct pg_kern *pg_kern_get(void);
+
+/* Scalar pieces the SIMD tables reuse (dot_scalar.c, quant_ref.c). */
+void pg_q8_0_from_float(const float *x, void *y, int64_t k);
+void pg_q8_1_from_float(const float *x, void *y, int64_t k);
+void pg_q8_K_from_float(const float *x, void *y, int64_t k);
+void pg_bf16_from_float(const float *x, void *y, int64_t k);
+void pg_f16_from_float_scalar(const float *x, void *y, int64_t k);
+void pg_softmax_scalar(float *x, int64_t n);
+float pg_softmax_finish(float *x, int64_t n, double sum);
+
+/* ggml's round-half-even through the float mantissa (nearest_int). */
+static inline int pg_nearest_int(float f)
+{
+	float v = f + 12582912.f;
+	int32_t i;
+	__builtin_memcpy(&i, &v, 4);
+	return (i & 0x007fffff) - 0x00400000;
+}
+
+static inline void pg_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+	if (j < 4) {
+		*d = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+	}
+}
+
+#endif

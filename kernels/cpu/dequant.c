@@ -1,0 +1,169 @@
+/* kernels/cpu/dequant.c — block formats back to f32 (ggml's dequantize_row_*). */
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+static void dq_q4_0(const block_q4_0 *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, y += QK4_0) {
+		const float d = pg_f16_to_f32(x[i].d);
+		for (int j = 0; j < QK4_0 / 2; j++) {
+			y[j] = ((x[i].qs[j] & 0x0F) - 8) * d;
+			y[j + QK4_0 / 2] = ((x[i].qs[j] >> 4) - 8) * d;
+		}
+	}
+}
+
+static void dq_q4_1(const block_q4_1 *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, y += QK4_1) {
+		const float d = pg_f16_to_f32(x[i].d), m = pg_f16_to_f32(x[i].m);
+		for (int j = 0; j < QK4_1 / 2; j++) {
+			y[j] = (x[i].qs[j] & 0x0F) * d + m;
+			y[j + QK4_1 / 2] = (x[i].qs[j] >> 4) * d + m;
+		}
+	}
+}
+
+static void dq_q5_0(const block_q5_0 *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, y += QK5_0) {
+		const float d = pg_f16_to_f32(x[i].d);
+		uint32_t qh;
+		memcpy(&qh, x[i].qh, 4);
+		for (int j = 0; j < QK5_0 / 2; j++) {
+			const int h0 = ((qh >> j) << 4) & 0x10;
+			const int h1 = (qh >> (j + 12)) & 0x10;
+			y[j] = (((x[i].qs[j] & 0x0F) | h0) - 16) * d;
+			y[j + QK5_0 / 2] = (((x[i].qs[j] >> 4) | h1) - 16) * d;
+		}
+	}
+}
+
+static void dq_q5_1(const block_q5_1 *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, y += QK5_1) {
+		const float d = pg_f16_to_f32(x[i].d), m = pg_f16_to_f32(x[i].m);
+		uint32_t qh;
+		memcpy(&qh, x[i].qh, 4);
+		for (int j = 0; j < QK5_1 / 2; j++) {
+			const int h0 = ((qh >> j) << 4) & 0x10;
+			const int h1 = (qh >> (j + 12)) & 0x10;
+			y[j] = ((x[i].qs[j] & 0x0F) | h0) * d + m;
+			y[j + QK5_1 / 2] = ((x[i].qs[j] >> 4) | h1) * d + m;
+		}
+	}
+}
+
+static void dq_q8_0(const block_q8_0 *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, y += QK8_0) {
+		const float d = pg_f16_to_f32(x[i].d);
+		for (int j = 0; j < QK8_0; j++)
+			y[j] = x[i].qs[j] * d;
+	}
+}
+
+static void dq_q8_1(const block_q8_1 *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, y += QK8_1) {
+		const float d = pg_f16_to_f32(x[i].d);
+		for (int j = 0; j < QK8_1; j++)
+			y[j] = x[i].qs[j] * d;
+	}
+}
+
+static void dq_q8_K(const block_q8_K *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, y += QK_K)
+		for (int j = 0; j < QK_K; j++)
+			y[j] = x[i].d * x[i].qs[j];
+}
+
+static void dq_q4_K(const block_q4_K *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++) {
+		const float d = pg_f16_to_f32(x[i].d), dmin = pg_f16_to_f32(x[i].dmin);
+		const uint8_t *q = x[i].qs;
+		for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, q += 32) {
+			uint8_t sc, m;
+			pg_scale_min_k4(is, x[i].scales, &sc, &m);
+			const float d1 = d * sc, m1 = dmin * m;
+			pg_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+			const float d2 = d * sc, m2 = dmin * m;
+			for (int l = 0; l < 32; l++)
+				*y++ = d1 * (q[l] & 0xF) - m1;
+			for (int l = 0; l < 32; l++)
+				*y++ = d2 * (q[l] >> 4) - m2;
+		}
+	}
+}
+
+static void dq_q5_K(const block_q5_K *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++) {
+		const float d = pg_f16_to_f32(x[i].d), dmin = pg_f16_to_f32(x[i].dmin);
+		const uint8_t *ql = x[i].qs, *qh = x[i].qh;
+		uint8_t u1 = 1, u2 = 2;
+		for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
+			uint8_t sc, m;
+			pg_scale_min_k4(is, x[i].scales, &sc, &m);
+			const float d1 = d * sc, m1 = dmin * m;
+			pg_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+			const float d2 = d * sc, m2 = dmin * m;
+			for (int l = 0; l < 32; l++)
+				*y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+			for (int l = 0; l < 32; l++)
+				*y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+		}
+	}
+}
+
+static void dq_q6_K(const block_q6_K *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++) {
+		const float d = pg_f16_to_f32(x[i].d);
+		const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+		const int8_t *sc = x[i].scales;
+		for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+			for (int l = 0; l < 32; l++) {
+				const int is = l / 16;
+				const int8_t q1 = (int8_t)((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+				const int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+				const int8_t q3 = (int8_t)((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+				const int8_t q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+				y[l + 0] = d * sc[is + 0] * q1;
+				y[l + 32] = d * sc[is + 2] * q2;
+				y[l + 64] = d * sc[is + 4] * q3;
+				y[l + 96] = d * sc[is + 6] * q4;
+			}
+		}
+	}
+}
+
+void pg_dequant_row(uint32_t type, const void *src, float *dst, int64_t k)
+{
+	const struct pg_type_info *ti = pg_type_info(type);
+	if (!ti || k < 0 || k % ti->blck)
+		return;
+	const int64_t nb = k / ti->blck;
+	switch (type) {
+	case PG_TYPE_F32: memcpy(dst, src, (size_t)k * 4); break;
+	case PG_TYPE_F16: pg_f16_to_f32_row(src, dst, k); break;
+	case PG_TYPE_BF16:
+		for (int64_t i = 0; i < k; i++)
+			dst[i] = pg_bf16_to_f32(((const pg_bf16 *)src)[i]);
+		break;
+	case PG_TYPE_Q4_0: dq_q4_0(src, dst, nb); break;
+	case PG_TYPE_Q4_1: dq_q4_1(src, dst, nb); break;
+	case PG_TYPE_Q5_0: dq_q5_0(src, dst, nb); break;
+	case PG_TYPE_Q5_1: dq_q5_1(src, dst, nb); break;
+	case PG_TYPE_Q8_0: dq_q8_0(src, dst, nb); break;
+	case PG_TYPE_Q8_1: dq_q8_1(src, dst, nb); break;
+	case PG_TYPE_Q8_K: dq_q8_K(src, dst, nb); break;
+	case PG_TYPE_Q4_K: dq_q4_K(src, dst, nb); break;
+	case PG_TYPE_Q5_K: dq_q5_K(src, dst, nb); break;
+	case PG_TYPE_Q6_K: dq_q6_K(src, dst, nb); break;
+	default: break;
+	}
+}

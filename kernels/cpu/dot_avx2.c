@@ -1,0 +1,100 @@
+/* kernels/cpu/dot_avx2.c — the AVX2+FMA+F16C table. */
+#pragma GCC optimize("fp-contract=off") /* no FMAs beyond the ones written */
+
+#include "kernels/cpu/dot_x86.h"
+
+/* f32 / f16 / bf16 weights against activations of the same type: f32
+ * products, f32 accumulation as ggml's SIMD vec_dot_f16/bf16/f32. */
+ALWAYS_INLINE __m256 ld_f32(const float *p)
+{
+	return _mm256_loadu_ps(p);
+}
+ALWAYS_INLINE __m256 ld_f16(const pg_f16 *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+ALWAYS_INLINE __m256 ld_bf16(const pg_bf16 *p)
+{
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline float cv_f32(float v)
+{
+	return v;
+}
+
+#define FLOAT_TILE(NAME, T, LD, CV)                                                                    \
+	ALWAYS_INLINE void NAME##_tile(int64_t k, const T *w, const void *x, size_t bx, const int nr,    \
+				       float *s, size_t bs)                                              \
+	{                                                                                                \
+		__m256 a0[PG_MAX_NR], a1[PG_MAX_NR];                                                     \
+		for (int r = 0; r < nr; r++)                                                             \
+			a0[r] = a1[r] = _mm256_setzero_ps();                                             \
+		int64_t i = 0;                                                                           \
+		for (; i + 16 <= k; i += 16) {                                                           \
+			const __m256 w0 = LD(w + i), w1 = LD(w + i + 8);                                 \
+			for (int r = 0; r < nr; r++) {                                                   \
+				const T *xr = XROW(T, x, bx, r);                                         \
+				a0[r] = _mm256_fmadd_ps(w0, LD(xr + i), a0[r]);                          \
+				a1[r] = _mm256_fmadd_ps(w1, LD(xr + i + 8), a1[r]);                      \
+			}                                                                                \
+		}                                                                                        \
+		for (int r = 0; r < nr; r++) {                                                           \
+			const T *xr = XROW(T, x, bx, r);                                                 \
+			float t = hsum_ps(_mm256_add_ps(a0[r], a1[r]));                                  \
+			for (int64_t j = i; j < k; j++)                                                  \
+				t += CV(w[j]) * CV(xr[j]);                                               \
+			s[(size_t)r * bs] = t;                                                           \
+		}                                                                                        \
+	}
+FLOAT_TILE(f32, float, ld_f32, cv_f32)
+FLOAT_TILE(f16, pg_f16, ld_f16, f16s)
+FLOAT_TILE(bf16, pg_bf16, ld_bf16, pg_bf16_to_f32)
+
+#define C_F32(N) f32_tile(k, w, x, bx, N, s, bs)
+#define C_F16(N) f16_tile(k, w, x, bx, N, s, bs)
+#define C_BF16(N) bf16_tile(k, w, x, bx, N, s, bs)
+X86_GEMV(f32, C_F32)
+X86_GEMV(f16, C_F16)
+X86_GEMV(bf16, C_BF16)
+
+static float dot_f16_rows(const pg_f16 *a, const pg_f16 *b, int64_t n)
+{
+	float s;
+	f16_tile(n, a, b, 0, 1, &s, 0);
+	return s;
+}
+
+static void f32_from_float(const float *x, void *y, int64_t k)
+{
+	memcpy(y, x, (size_t)k * sizeof(float));
+}
+
+const struct pg_kern pg_kern_avx2 = {
+	.name = "avx2",
+	.gemv = {
+		[PG_TYPE_F32] = gemv_f32,
+		[PG_TYPE_F16] = gemv_f16,
+		[PG_TYPE_BF16] = gemv_bf16,
+		[PG_TYPE_Q4_0] = gemv_q4_0,
+		[PG_TYPE_Q4_1] = gemv_q4_1,
+		[PG_TYPE_Q5_0] = gemv_q5_0,
+		[PG_TYPE_Q5_1] = gemv_q5_1,
+		[PG_TYPE_Q8_0] = gemv_q8_0,
+		[PG_TYPE_Q4_K] = gemv_q4_K,
+		[PG_TYPE_Q5_K] = gemv_q5_K,
+		[PG_TYPE_Q6_K] = gemv_q6_K,
+	},
+	.from_float = {
+		[PG_TYPE_F32] = f32_from_float,
+		[PG_TYPE_F16] = x86_f16_from_float,
+		[PG_TYPE_BF16] = pg_bf16_from_float,
+		[PG_TYPE_Q8_0] = x86_q8_0_from_float,
+		[PG_TYPE_Q8_1] = x86_q8_1_from_float,
+		[PG_TYPE_Q8_K] = pg_q8_K_from_float,
+	},
+	.softmax = pg_softmax_avx2,
+	.swiglu = pg_swiglu_avx2,
+	.f32_to_f16 = pg_f32_to_f16_avx2,
+	.f16_to_f32 = pg_f16_to_f32_avx2,
+	.dot_f16 = dot_f16_rows,
+};

@@ -1,0 +1,215 @@
+/* kernels/cpu/dot_avx512.c — the AVX-512 (F/BW/VL/DQ + VNNI) table.
+ *
+ * Integer kernels are dot_x86.h with VNNI (vpdpbusd/vpdpwssd); float
+ * kernels use 512-bit vectors, and vdpbf16ps for BF16 where the CPU has
+ * AVX512-BF16, as ggml's vec_dot_bf16 does.
+ */
+#pragma GCC optimize("fp-contract=off")
+
+#define PG_X86_VNNI 1
+#include "kernels/cpu/dot_x86.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+ALWAYS_INLINE __m512 ld_f32(const float *p)
+{
+	return _mm512_loadu_ps(p);
+}
+ALWAYS_INLINE __m512 ld_f16(const pg_f16 *p)
+{
+	return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+ALWAYS_INLINE __m512 ld_bf16(const pg_bf16 *p)
+{
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+static inline float cv_f32(float v)
+{
+	return v;
+}
+
+/* ggml_vec_dot_f32 / ggml_vec_dot_f16 on AVX-512 (what ggml runs for one
+ * activation row): GGML_F32_STEP 64 = four accumulators of 16 lanes, FMA,
+ * reduced as (a0 + a2) + (a1 + a3), then _mm512_reduce_add_ps; leftovers
+ * (k % 64) scalar, in double for f16 and in float with FMA for f32. */
+#define VECDOT_TILE(NAME, T, LD, CV, ACC_T, LEFT)                                                      \
+	ALWAYS_INLINE void NAME##_tile(int64_t k, const T *w, const void *x, size_t bx, const int nr,    \
+				       float *s, size_t bs)                                              \
+	{                                                                                                \
+		__m512 a[PG_MAX_NR][4];                                                                  \
+		for (int r = 0; r < nr; r++)                                                             \
+			a[r][0] = a[r][1] = a[r][2] = a[r][3] = _mm512_setzero_ps();                     \
+		int64_t i = 0;                                                                           \
+		for (; i + 64 <= k; i += 64) {                                                           \
+			const __m512 w0 = LD(w + i), w1 = LD(w + i + 16);                                \
+			const __m512 w2 = LD(w + i + 32), w3 = LD(w + i + 48);                           \
+			for (int r = 0; r < nr; r++) {                                                   \
+				const T *xr = XROW(T, x, bx, r);                                         \
+				a[r][0] = _mm512_fmadd_ps(w0, LD(xr + i), a[r][0]);                      \
+				a[r][1] = _mm512_fmadd_ps(w1, LD(xr + i + 16), a[r][1]);                 \
+				a[r][2] = _mm512_fmadd_ps(w2, LD(xr + i + 32), a[r][2]);                 \
+				a[r][3] = _mm512_fmadd_ps(w3, LD(xr + i + 48), a[r][3]);                 \
+			}                                                                                \
+		}                                                                                        \
+		for (int r = 0; r < nr; r++) {                                                           \
+			const T *xr = XROW(T, x, bx, r);                                                 \
+			const __m512 h = _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][2]),                  \
+						       _mm512_add_ps(a[r][1], a[r][3]));                 \
+			ACC_T t = (ACC_T)_mm512_reduce_add_ps(h);                                        \
+			for (int64_t j = i; j < k; j++)                                                  \
+				LEFT(t, CV(w[j]), CV(xr[j]));                                            \
+			s[(size_t)r * bs] = (float)t;                                                    \
+		}                                                                                        \
+	}
+#define LEFT_F32(t, a, b) t = fmaf(a, b, t)
+#define LEFT_F64(t, a, b) t += (double)((a) * (b))
+VECDOT_TILE(f32, float, ld_f32, cv_f32, float, LEFT_F32)
+VECDOT_TILE(f16, pg_f16, ld_f16, f16s, double, LEFT_F64)
+
+/* llamafile's tinyBLAS<16, __m512> (what ggml runs for two or more
+ * activation rows when k % 16 == 0): one accumulator, FMA over k in steps
+ * of 16, _mm512_reduce_add_ps at the end. */
+#define GEMM_TILE(NAME, T, LD)                                                                         \
+	ALWAYS_INLINE void NAME##_gtile(int64_t k, const T *w, const void *x, size_t bx, const int nr,   \
+					float *s, size_t bs)                                             \
+	{                                                                                                \
+		__m512 a[PG_MAX_NR];                                                                     \
+		for (int r = 0; r < nr; r++)                                                             \
+			a[r] = _mm512_setzero_ps();                                                      \
+		for (int64_t i = 0; i < k; i += 16) {                                                    \
+			const __m512 w0 = LD(w + i);                                                     \
+			for (int r = 0; r < nr; r++)                                                     \
+				a[r] = _mm512_fmadd_ps(w0, LD(XROW(T, x, bx, r) + i), a[r]);             \
+		}                                                                                        \
+		for (int r = 0; r < nr; r++)                                                             \
+			s[(size_t)r * bs] = _mm512_reduce_add_ps(a[r]);                                  \
+	}
+GEMM_TILE(f32, float, ld_f32)
+GEMM_TILE(f16, pg_f16, ld_f16)
+
+#define FLOAT_TILE(NAME, T, LD, CV)                                                                    \
+	ALWAYS_INLINE void NAME##_tile(int64_t k, const T *w, const void *x, size_t bx, const int nr,    \
+				       float *s, size_t bs)                                              \
+	{                                                                                                \
+		__m512 a0[PG_MAX_NR], a1[PG_MAX_NR];                                                     \
+		for (int r = 0; r < nr; r++)                                                             \
+			a0[r] = a1[r] = _mm512_setzero_ps();                                             \
+		int64_t i = 0;                                                                           \
+		for (; i + 32 <= k; i += 32) {                                                           \
+			const __m512 w0 = LD(w + i), w1 = LD(w + i + 16);                                \
+			for (int r = 0; r < nr; r++) {                                                   \
+				const T *xr = XROW(T, x, bx, r);                                         \
+				a0[r] = _mm512_fmadd_ps(w0, LD(xr + i), a0[r]);                          \
+				a1[r] = _mm512_fmadd_ps(w1, LD(xr + i + 16), a1[r]);                     \
+			}                                                                                \
+		}                                                                                        \
+		for (int r = 0; r < nr; r++) {                                                           \
+			const T *xr = XROW(T, x, bx, r);                                                 \
+			float t = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));                     \
+			for (int64_t j = i; j < k; j++)                                                  \
+				t += CV(w[j]) * CV(xr[j]);                                               \
+			s[(size_t)r * bs] = t;                                                           \
+		}                                                                                        \
+	}
+FLOAT_TILE(bf16, pg_bf16, ld_bf16, pg_bf16_to_f32)
+
+/* vdpbf16ps: 32 bf16 pairs per instruction, accumulated in f32. */
+ALWAYS_INLINE void bf16dp_tile(int64_t k, const pg_bf16 *w, const void *x, size_t bx, const int nr, float *s,
+			       size_t bs)
+{
+	__m512 acc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm512_setzero_ps();
+	int64_t i = 0;
+	for (; i + 32 <= k; i += 32) {
+		const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + i);
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm512_dpbf16_ps(acc[r], wv, (__m512bh)_mm512_loadu_si512(XROW(pg_bf16, x, bx, r) + i));
+	}
+	for (int r = 0; r < nr; r++) {
+		const pg_bf16 *xr = XROW(pg_bf16, x, bx, r);
+		float t = _mm512_reduce_add_ps(acc[r]);
+		for (int64_t j = i; j < k; j++)
+			t += pg_bf16_to_f32(w[j]) * pg_bf16_to_f32(xr[j]);
+		s[(size_t)r * bs] = t;
+	}
+}
+
+#define C_F32(N) f32_tile(k, w, x, bx, N, s, bs)
+#define C_F16(N) f16_tile(k, w, x, bx, N, s, bs)
+#define C_BF16(N) bf16_tile(k, w, x, bx, N, s, bs)
+#define C_BF16DP(N) bf16dp_tile(k, w, x, bx, N, s, bs)
+#define C_F32G(N) f32_gtile(k, w, x, bx, N, s, bs)
+#define C_F16G(N) f16_gtile(k, w, x, bx, N, s, bs)
+X86_GEMV(f32_vd, C_F32)
+X86_GEMV(f16_vd, C_F16)
+X86_GEMV(f32_gm, C_F32G)
+X86_GEMV(f16_gm, C_F16G)
+
+static int gemm_order(int64_t k)
+{
+	static int mode = -1;
+	if (mode < 0) { const char *e = getenv("PG_FORDER"); mode = e ? atoi(e) : 0; }
+	return mode == 1 && k % 16 == 0;
+}
+static void gemv_f32(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs)
+{
+	if (gemm_order(k)) gemv_f32_gm(k, w, x, bx, nr, s, bs); else gemv_f32_vd(k, w, x, bx, nr, s, bs);
+}
+static void gemv_f16(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs)
+{
+	if (gemm_order(k)) gemv_f16_gm(k, w, x, bx, nr, s, bs); else gemv_f16_vd(k, w, x, bx, nr, s, bs);
+}
+X86_GEMV(bf16_cvt, C_BF16)
+X86_GEMV(bf16_dp, C_BF16DP)
+
+static void gemv_bf16(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs)
+{
+	if (__builtin_cpu_supports("avx512bf16"))
+		gemv_bf16_dp(k, w, x, bx, nr, s, bs);
+	else
+		gemv_bf16_cvt(k, w, x, bx, nr, s, bs);
+}
+
+static float dot_f16_rows(const pg_f16 *a, const pg_f16 *b, int64_t n)
+{
+	float s;
+	f16_tile(n, a, b, 0, 1, &s, 0);
+	return s;
+}
+
+static void f32_from_float(const float *x, void *y, int64_t k)
+{
+	memcpy(y, x, (size_t)k * sizeof(float));
+}
+
+const struct pg_kern pg_kern_avx512 = {
+	.name = "avx512",
+	.gemv = {
+		[PG_TYPE_F32] = gemv_f32,
+		[PG_TYPE_F16] = gemv_f16,
+		[PG_TYPE_BF16] = gemv_bf16,
+		[PG_TYPE_Q4_0] = gemv_q4_0,
+		[PG_TYPE_Q4_1] = gemv_q4_1,
+		[PG_TYPE_Q5_0] = gemv_q5_0,
+		[PG_TYPE_Q5_1] = gemv_q5_1,
+		[PG_TYPE_Q8_0] = gemv_q8_0,
+		[PG_TYPE_Q4_K] = gemv_q4_K,
+		[PG_TYPE_Q5_K] = gemv_q5_K,
+		[PG_TYPE_Q6_K] = gemv_q6_K,
+	},
+	.from_float = {
+		[PG_TYPE_F32] = f32_from_float,
+		[PG_TYPE_F16] = x86_f16_from_float,
+		[PG_TYPE_BF16] = pg_bf16_from_float,
+		[PG_TYPE_Q8_0] = x86_q8_0_from_float,
+		[PG_TYPE_Q8_1] = x86_q8_1_from_float,
+		[PG_TYPE_Q8_K] = pg_q8_K_from_float,
+	},
+	.softmax = pg_softmax_avx512,
+	.swiglu = pg_swiglu_avx512,
+	.f32_to_f16 = pg_f32_to_f16_avx512,
+	.f16_to_f32 = pg_f16_to_f32_avx512,
+	.dot_f16 = dot_f16_rows,
+};

@@ -1,0 +1,365 @@
+/* kernels/cpu/dot_scalar.c — the scalar reference: activation conversion,
+ * one dot product per weight type, elementwise ops; and the table that
+ * serves them on CPUs without AVX2.
+ *
+ * The Q8_0/Q8_1 activation quantizers follow ggml's x86 SIMD ones (scale
+ * 127/amax, round half to even), not quantize_row_q8_0_ref (1/d,
+ * roundf): llama.cpp on x86 runs the SIMD ones, and rounding of
+ * activations is a precision-loss point we must share.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+void pg_q8_0_from_float(const float *x, void *vy, int64_t k)
+{
+	block_q8_0 *y = vy;
+	for (int64_t i = 0; i < k / QK8_0; i++, x += QK8_0) {
+		float amax = 0;
+		for (int j = 0; j < QK8_0; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		const float d = amax / 127.f;
+		const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+		y[i].d = pg_f32_to_f16(d);
+		for (int j = 0; j < QK8_0; j++)
+			y[i].qs[j] = (int8_t)pg_nearest_int(x[j] * id);
+	}
+}
+
+void pg_q8_1_from_float(const float *x, void *vy, int64_t k)
+{
+	block_q8_1 *y = vy;
+	for (int64_t i = 0; i < k / QK8_1; i++, x += QK8_1) {
+		float amax = 0;
+		for (int j = 0; j < QK8_1; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		const float d = amax / 127.f;
+		const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+		y[i].d = pg_f32_to_f16(d);
+		int sum = 0;
+		for (int j = 0; j < QK8_1; j++) {
+			y[i].qs[j] = (int8_t)pg_nearest_int(x[j] * id);
+			sum += y[i].qs[j];
+		}
+		y[i].s = pg_f32_to_f16(d * (float)sum);
+	}
+}
+
+void pg_bf16_from_float(const float *x, void *vy, int64_t k)
+{
+	pg_bf16 *y = vy;
+	for (int64_t i = 0; i < k; i++)
+		y[i] = pg_f32_to_bf16(x[i]);
+}
+
+void pg_f16_from_float_scalar(const float *x, void *vy, int64_t k)
+{
+	pg_f16 *y = vy;
+	for (int64_t i = 0; i < k; i++)
+		y[i] = pg_f32_to_f16(x[i]);
+}
+
+static void f32_from_float(const float *x, void *y, int64_t k)
+{
+	memcpy(y, x, (size_t)k * sizeof(float));
+}
+
+/* ---- one row · one row ----------------------------------------------------- */
+
+static float dot_f32(int64_t k, const void *vw, const void *vx)
+{
+	const float *w = vw, *x = vx;
+	double s = 0;
+	for (int64_t i = 0; i < k; i++)
+		s += (double)(w[i] * x[i]);
+	return (float)s;
+}
+
+static float dot_f16(int64_t k, const void *vw, const void *vx)
+{
+	const pg_f16 *w = vw, *x = vx;
+	double s = 0;
+	for (int64_t i = 0; i < k; i++)
+		s += (double)(pg_f16_to_f32(w[i]) * pg_f16_to_f32(x[i]));
+	return (float)s;
+}
+
+static float dot_bf16(int64_t k, const void *vw, const void *vx)
+{
+	const pg_bf16 *w = vw, *x = vx;
+	double s = 0;
+	for (int64_t i = 0; i < k; i++)
+		s += (double)(pg_bf16_to_f32(w[i]) * pg_bf16_to_f32(x[i]));
+	return (float)s;
+}
+
+static float dot_q4_0(int64_t k, const void *vw, const void *vx)
+{
+	const block_q4_0 *w = vw;
+	const block_q8_0 *x = vx;
+	float s = 0;
+	for (int64_t i = 0; i < k / QK4_0; i++) {
+		int sumi = 0;
+		for (int j = 0; j < QK4_0 / 2; j++)
+			sumi += ((w[i].qs[j] & 0xF) - 8) * x[i].qs[j] + ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + 16];
+		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi;
+	}
+	return s;
+}
+
+static float dot_q4_1(int64_t k, const void *vw, const void *vx)
+{
+	const block_q4_1 *w = vw;
+	const block_q8_1 *x = vx;
+	float s = 0;
+	for (int64_t i = 0; i < k / QK4_1; i++) {
+		int sumi = 0;
+		for (int j = 0; j < QK4_1 / 2; j++)
+			sumi += (w[i].qs[j] & 0xF) * x[i].qs[j] + (w[i].qs[j] >> 4) * x[i].qs[j + 16];
+		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi +
+		     pg_f16_to_f32(w[i].m) * pg_f16_to_f32(x[i].s);
+	}
+	return s;
+}
+
+static float dot_q5_0(int64_t k, const void *vw, const void *vx)
+{
+	const block_q5_0 *w = vw;
+	const block_q8_0 *x = vx;
+	float s = 0;
+	for (int64_t i = 0; i < k / QK5_0; i++) {
+		uint32_t qh;
+		memcpy(&qh, w[i].qh, 4);
+		int sumi = 0;
+		for (int j = 0; j < QK5_0 / 2; j++) {
+			const int h0 = ((qh >> j) << 4) & 0x10;
+			const int h1 = (qh >> (j + 12)) & 0x10;
+			sumi += (((w[i].qs[j] & 0xF) | h0) - 16) * x[i].qs[j] +
+				(((w[i].qs[j] >> 4) | h1) - 16) * x[i].qs[j + 16];
+		}
+		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi;
+	}
+	return s;
+}
+
+static float dot_q5_1(int64_t k, const void *vw, const void *vx)
+{
+	const block_q5_1 *w = vw;
+	const block_q8_1 *x = vx;
+	float s = 0;
+	for (int64_t i = 0; i < k / QK5_1; i++) {
+		uint32_t qh;
+		memcpy(&qh, w[i].qh, 4);
+		int sumi = 0;
+		for (int j = 0; j < QK5_1 / 2; j++) {
+			const int h0 = ((qh >> j) << 4) & 0x10;
+			const int h1 = (qh >> (j + 12)) & 0x10;
+			sumi += ((w[i].qs[j] & 0xF) | h0) * x[i].qs[j] + ((w[i].qs[j] >> 4) | h1) * x[i].qs[j + 16];
+		}
+		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi +
+		     pg_f16_to_f32(w[i].m) * pg_f16_to_f32(x[i].s);
+	}
+	return s;
+}
+
+static float dot_q8_0(int64_t k, const void *vw, const void *vx)
+{
+	const block_q8_0 *w = vw;
+	const block_q8_0 *x = vx;
+	float s = 0;
+	for (int64_t i = 0; i < k / QK8_0; i++) {
+		int sumi = 0;
+		for (int j = 0; j < QK8_0; j++)
+			sumi += w[i].qs[j] * x[i].qs[j];
+		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi;
+	}
+	return s;
+}
+
+/* Q4_K/Q5_K: 8 groups of 32 with a 6-bit scale and min each; the mins
+ * meet the activations through Q8_K's per-16 sums (bsums). */
+static float dot_q4_K(int64_t k, const void *vw, const void *vx)
+{
+	const block_q4_K *w = vw;
+	const block_q8_K *x = vx;
+	float s = 0;
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *q = w[i].qs;
+		const int8_t *y = x[i].qs;
+		int isum = 0, msum = 0;
+		for (int g = 0; g < 4; g++, q += 32, y += 64) {
+			uint8_t sc0, m0, sc1, m1;
+			pg_scale_min_k4(2 * g, w[i].scales, &sc0, &m0);
+			pg_scale_min_k4(2 * g + 1, w[i].scales, &sc1, &m1);
+			int s0 = 0, s1 = 0;
+			for (int l = 0; l < 32; l++) {
+				s0 += (q[l] & 0xF) * y[l];
+				s1 += (q[l] >> 4) * y[l + 32];
+			}
+			isum += sc0 * s0 + sc1 * s1;
+			msum += m0 * (x[i].bsums[4 * g] + x[i].bsums[4 * g + 1]) +
+				m1 * (x[i].bsums[4 * g + 2] + x[i].bsums[4 * g + 3]);
+		}
+		const float d = x[i].d * pg_f16_to_f32(w[i].d);
+		const float dmin = x[i].d * pg_f16_to_f32(w[i].dmin);
+		s += d * (float)isum - dmin * (float)msum;
+	}
+	return s;
+}
+
+static float dot_q5_K(int64_t k, const void *vw, const void *vx)
+{
+	const block_q5_K *w = vw;
+	const block_q8_K *x = vx;
+	float s = 0;
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *q = w[i].qs, *qh = w[i].qh;
+		const int8_t *y = x[i].qs;
+		int isum = 0, msum = 0;
+		for (int g = 0; g < 4; g++, q += 32, y += 64) {
+			uint8_t sc0, m0, sc1, m1;
+			pg_scale_min_k4(2 * g, w[i].scales, &sc0, &m0);
+			pg_scale_min_k4(2 * g + 1, w[i].scales, &sc1, &m1);
+			int s0 = 0, s1 = 0;
+			for (int l = 0; l < 32; l++) {
+				s0 += ((q[l] & 0xF) | (((qh[l] >> (2 * g)) & 1) << 4)) * y[l];
+				s1 += ((q[l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4)) * y[l + 32];
+			}
+			isum += sc0 * s0 + sc1 * s1;
+			msum += m0 * (x[i].bsums[4 * g] + x[i].bsums[4 * g + 1]) +
+				m1 * (x[i].bsums[4 * g + 2] + x[i].bsums[4 * g + 3]);
+		}
+		const float d = x[i].d * pg_f16_to_f32(w[i].d);
+		const float dmin = x[i].d * pg_f16_to_f32(w[i].dmin);
+		s += d * (float)isum - dmin * (float)msum;
+	}
+	return s;
+}
+
+static float dot_q6_K(int64_t k, const void *vw, const void *vx)
+{
+	const block_q6_K *w = vw;
+	const block_q8_K *x = vx;
+	float s = 0;
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *ql = w[i].ql, *qh = w[i].qh;
+		const int8_t *sc = w[i].scales, *y = x[i].qs;
+		int isum = 0;
+		for (int n = 0; n < QK_K; n += 128, ql += 64, qh += 32, sc += 8, y += 128) {
+			int g[8] = { 0 };
+			for (int l = 0; l < 32; l++) {
+				const int is = l / 16;
+				const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+				const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+				const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+				const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+				g[is + 0] += q1 * y[l];
+				g[is + 2] += q2 * y[l + 32];
+				g[is + 4] += q3 * y[l + 64];
+				g[is + 6] += q4 * y[l + 96];
+			}
+			for (int j = 0; j < 8; j++)
+				isum += sc[j] * g[j];
+		}
+		s += (pg_f16_to_f32(w[i].d) * x[i].d) * (float)isum;
+	}
+	return s;
+}
+
+#define SCALAR_GEMV(T)                                                                              \
+	static void gemv_##T(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, \
+			     size_t bs)                                                             \
+	{                                                                                           \
+		for (int r = 0; r < nr; r++)                                                        \
+			s[(size_t)r * bs] = dot_##T(k, w, (const char *)x + (size_t)r * bx);       \
+	}
+SCALAR_GEMV(f32)
+SCALAR_GEMV(f16)
+SCALAR_GEMV(bf16)
+SCALAR_GEMV(q4_0)
+SCALAR_GEMV(q4_1)
+SCALAR_GEMV(q5_0)
+SCALAR_GEMV(q5_1)
+SCALAR_GEMV(q8_0)
+SCALAR_GEMV(q4_K)
+SCALAR_GEMV(q5_K)
+SCALAR_GEMV(q6_K)
+
+/* ---- elementwise ----------------------------------------------------------- */
+
+/* ggml_soft_max's tail: the sum was taken in double; scale by its inverse
+ * rounded to float, as ggml_vec_scale_f32 receives it. Returns the scale. */
+float pg_softmax_finish(float *x, int64_t n, double sum)
+{
+	const float sc = (float)(1.0 / sum);
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= sc;
+	return sc;
+}
+
+void pg_softmax_scalar(float *x, int64_t n)
+{
+	float max = -INFINITY;
+	for (int64_t i = 0; i < n; i++)
+		max = fmaxf(max, x[i]);
+	double sum = 0;
+	for (int64_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - max);
+		sum += (double)x[i];
+	}
+	pg_softmax_finish(x, n, sum);
+}
+
+static void swiglu_scalar(float *out, const float *g, const float *u, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void f32_to_f16_scalar(const float *x, pg_f16 *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = pg_f32_to_f16(x[i]);
+}
+
+static void f16_to_f32_scalar(const pg_f16 *x, float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = pg_f16_to_f32(x[i]);
+}
+
+static float dot_f16_rows(const pg_f16 *a, const pg_f16 *b, int64_t n)
+{
+	return dot_f16(n, a, b);
+}
+
+const struct pg_kern pg_kern_scalar = {
+	.name = "scalar",
+	.gemv = {
+		[PG_TYPE_F32] = gemv_f32,
+		[PG_TYPE_F16] = gemv_f16,
+		[PG_TYPE_BF16] = gemv_bf16,
+		[PG_TYPE_Q4_0] = gemv_q4_0,
+		[PG_TYPE_Q4_1] = gemv_q4_1,
+		[PG_TYPE_Q5_0] = gemv_q5_0,
+		[PG_TYPE_Q5_1] = gemv_q5_1,
+		[PG_TYPE_Q8_0] = gemv_q8_0,
+		[PG_TYPE_Q4_K] = gemv_q4_K,
+		[PG_TYPE_Q5_K] = gemv_q5_K,
+		[PG_TYPE_Q6_K] = gemv_q6_K,
+	},
+	.from_float = {
+		[PG_TYPE_F32] = f32_from_float,
+		[PG_TYPE_F16] = pg_f16_from_float_scalar,
+		[PG_TYPE_BF16] = pg_bf16_from_float,
+		[PG_TYPE_Q8_0] = pg_q8_0_from_float,
+		[PG_TYPE_Q8_1] = pg_q8_1_from_float,
+		[PG_TYPE_Q8_K] = pg_q8_K_from_float,
+	},
+	.softmax = pg_softmax_scalar,
+	.swiglu = swiglu_scalar,
+	.f32_to_f16 = f32_to_f16_scalar,
+	.f16_to_f32 = f16_to_f32_scalar,
+	.dot_f16 = dot_f16_rows,
+};

@@ -1,0 +1,445 @@
+/* kernels/cpu/dot_x86.h — integer and float dot kernels on 256-bit vectors,
+ * compiled twice: by dot_avx2.c (maddubs/madd) and by dot_avx512.c with
+ * PG_X86_VNNI set (dpbusd/dpwssd, AVX512-VL encodings). Zen 4 executes
+ * 512-bit integer ops as two 256-bit halves, so for these block formats
+ * (32-byte blocks) 256-bit vectors lose nothing and keep one code body.
+ *
+ * Each gemv computes one weight row against nr (<= PG_MAX_NR) activation
+ * rows: the weight block is loaded and unpacked once, then used nr times.
+ * The i16 intermediates of maddubs cannot saturate for these formats
+ * (|w| <= 63 against |y| <= 127), so both ISAs give the same integers.
+ *
+ * Only for inclusion by the per-ISA translation units.
+ */
+#ifndef PAGODA_KERNELS_CPU_DOT_X86_H
+#define PAGODA_KERNELS_CPU_DOT_X86_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE float f16s(pg_f16 h)
+{
+	return _cvtsh_ss(h);
+}
+
+ALWAYS_INLINE float hsum_ps(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+ALWAYS_INLINE int hsum_epi32(__m256i v)
+{
+	__m128i h = _mm_add_epi32(_mm256_extracti128_si256(v, 1), _mm256_castsi256_si128(v));
+	h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+	h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+	return _mm_cvtsi128_si32(h);
+}
+
+/* acc + sum over groups of 4 of u8 * s8 */
+ALWAYS_INLINE __m256i dot_us8(__m256i acc, __m256i u, __m256i s)
+{
+#ifdef PG_X86_VNNI
+	return _mm256_dpbusd_epi32(acc, u, s);
+#else
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* acc + sum over pairs of (u8*s8 pair sums) * scale16 */
+ALWAYS_INLINE __m256i dot_us8_scaled(__m256i acc, __m256i u, __m256i s, __m256i scale16)
+{
+	const __m256i p = _mm256_maddubs_epi16(u, s);
+#ifdef PG_X86_VNNI
+	return _mm256_dpwssd_epi32(acc, p, scale16);
+#else
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale16));
+#endif
+}
+
+/* ---- activation conversion (bit-exact with dot_scalar.c) ------------------ */
+
+/* ggml's x86 quantize_row_q8_0/q8_1: 127/amax, round half to even. */
+ALWAYS_INLINE void q8_block(const float *x, int8_t *qs, float *d_out, int *sum_out)
+{
+	__m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+	__m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256 mx = _mm256_andnot_ps(sign, v0);
+	mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v1));
+	mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v2));
+	mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v3));
+	__m128 m4 = _mm_max_ps(_mm256_extractf128_ps(mx, 1), _mm256_castps256_ps128(mx));
+	m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+	m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+	const float amax = _mm_cvtss_f32(m4);
+	*d_out = amax / 127.f;
+	const __m256 mul = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+	__m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	__m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	__m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	__m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	if (sum_out) {
+		__m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+		__m128i h = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
+		h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+		h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+		*sum_out = _mm_cvtsi128_si32(h);
+	}
+	i0 = _mm256_packs_epi32(i0, i1);
+	i2 = _mm256_packs_epi32(i2, i3);
+	i0 = _mm256_packs_epi16(i0, i2);
+	i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	_mm256_storeu_si256((__m256i *)qs, i0);
+}
+
+static void x86_q8_0_from_float(const float *x, void *vy, int64_t k)
+{
+	block_q8_0 *y = vy;
+	for (int64_t i = 0; i < k / QK8_0; i++) {
+		float d;
+		q8_block(x + i * QK8_0, y[i].qs, &d, NULL);
+		y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+	}
+}
+
+static void x86_q8_1_from_float(const float *x, void *vy, int64_t k)
+{
+	block_q8_1 *y = vy;
+	for (int64_t i = 0; i < k / QK8_1; i++) {
+		float d;
+		int sum;
+		q8_block(x + i * QK8_1, y[i].qs, &d, &sum);
+		y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+		y[i].s = _cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT);
+	}
+}
+
+static void x86_f16_from_float(const float *x, void *vy, int64_t k)
+{
+	pg_f16 *y = vy;
+	int64_t i = 0;
+	for (; i + 8 <= k; i += 8)
+		_mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+	for (; i < k; i++)
+		y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* ---- gemv kernels ------------------------------------------------------------ */
+
+#define XROW(T, x, bx, r) ((const T *)((const char *)(x) + (size_t)(r) * (bx)))
+
+/* Blocks go to two accumulator sets by parity: with one, a single row
+ * would wait on the FMA latency every 34 bytes, below memory speed. */
+#define SIGNED_BLOCK_LOOP(BT, w, nb, PREP)                                                           \
+	__m256 acc[2][PG_MAX_NR];                                                                    \
+	for (int r = 0; r < nr; r++)                                                                 \
+		acc[0][r] = acc[1][r] = _mm256_setzero_ps();                                         \
+	for (int64_t i0 = 0; i0 < (nb); i0 += 2) {                                                   \
+		for (int u = 0; u < 2 && i0 + u < (nb); u++) {                                       \
+			const int64_t i = i0 + u;                                                    \
+			const __m256i wq = PREP(w + i);                                              \
+			const __m256i aw = _mm256_sign_epi8(wq, wq);                                 \
+			const float dw = f16s(w[i].d);                                               \
+			for (int r = 0; r < nr; r++) {                                               \
+				const BT *xb = XROW(BT, x, bx, r) + i;                               \
+				const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);       \
+				const __m256i p = dot_us8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(y, wq)); \
+				acc[u][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)),        \
+							    _mm256_cvtepi32_ps(p), acc[u][r]);       \
+			}                                                                            \
+		}                                                                                    \
+	}                                                                                            \
+	for (int r = 0; r < nr; r++)                                                                 \
+		s[(size_t)r * bs] = hsum_ps(_mm256_add_ps(acc[0][r], acc[1][r]));
+
+/* ggml_vec_dot_q8_0_q8_0 (AVX2) and llamafile's tinyBLAS_Q0_AVX alike: one
+ * accumulator, acc = fma(dx*dy, (float)dot, acc) block after block, then
+ * hsum_float_8. Both orders are the same, so m does not matter. */
+#define PREP_Q8_0(b) _mm256_loadu_si256((const __m256i *)(b)->qs)
+ALWAYS_INLINE void q8_0_tile(int64_t k, const block_q8_0 *w, const void *x, size_t bx, const int nr, float *s,
+			     size_t bs)
+{
+	__m256 acc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / QK8_0; i++) {
+		const __m256i wq = PREP_Q8_0(w + i);
+		const __m256i aw = _mm256_sign_epi8(wq, wq);
+		const float dw = f16s(w[i].d);
+		for (int r = 0; r < nr; r++) {
+			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
+			const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);
+			const __m256i p = dot_us8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(y, wq));
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = hsum_ps(acc[r]);
+}
+
+ALWAYS_INLINE __m256i q4_unpack(const uint8_t *qs)
+{
+	const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+	const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+	return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+#define PREP_Q4_0(b) _mm256_sub_epi8(q4_unpack((b)->qs), _mm256_set1_epi8(8))
+ALWAYS_INLINE void q4_0_tile(int64_t k, const block_q4_0 *w, const void *x, size_t bx, const int nr, float *s,
+			     size_t bs)
+{
+	SIGNED_BLOCK_LOOP(block_q8_0, w, k / QK4_0, PREP_Q4_0)
+}
+
+ALWAYS_INLINE __m256i q5_high_bits(const uint8_t *qh4)
+{
+	uint32_t qh;
+	memcpy(&qh, qh4, 4);
+	/* byte j gets bit j of qh, as 0x10 */
+	const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
+					      2, 3, 3, 3, 3, 3, 3, 3, 3);
+	__m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+	b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+	return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
+}
+
+ALWAYS_INLINE void q5_0_tile(int64_t k, const block_q5_0 *w, const void *x, size_t bx, const int nr, float *s,
+			     size_t bs)
+{
+	__m256 acc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / QK5_0; i++) {
+		const __m256i wq = _mm256_sub_epi8(_mm256_or_si256(q4_unpack(w[i].qs), q5_high_bits(w[i].qh)),
+						   _mm256_set1_epi8(16));
+		const __m256i aw = _mm256_sign_epi8(wq, wq);
+		const float dw = f16s(w[i].d);
+		for (int r = 0; r < nr; r++) {
+			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
+			const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);
+			const __m256i p = dot_us8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(y, wq));
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = hsum_ps(acc[r]);
+}
+
+/* Q4_1/Q5_1: unsigned levels times signed activations, plus m·s. */
+ALWAYS_INLINE void qx_1_tile(int64_t k, const void *vw, int five, const void *x, size_t bx, const int nr,
+			     float *s, size_t bs)
+{
+	__m256 acc[PG_MAX_NR];
+	float macc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++) {
+		acc[r] = _mm256_setzero_ps();
+		macc[r] = 0;
+	}
+	for (int64_t i = 0; i < k / 32; i++) {
+		__m256i wq;
+		float dw, mw;
+		if (five) {
+			const block_q5_1 *b = (const block_q5_1 *)vw + i;
+			wq = _mm256_or_si256(q4_unpack(b->qs), q5_high_bits(b->qh));
+			dw = f16s(b->d);
+			mw = f16s(b->m);
+		} else {
+			const block_q4_1 *b = (const block_q4_1 *)vw + i;
+			wq = q4_unpack(b->qs);
+			dw = f16s(b->d);
+			mw = f16s(b->m);
+		}
+		for (int r = 0; r < nr; r++) {
+			const block_q8_1 *xb = XROW(block_q8_1, x, bx, r) + i;
+			const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);
+			const __m256i p = dot_us8(_mm256_setzero_si256(), wq, y);
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+			macc[r] += mw * f16s(xb->s);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = hsum_ps(acc[r]) + macc[r];
+}
+
+/* The 12 packed bytes of Q4_K/Q5_K as 8 scales then 8 mins. */
+ALWAYS_INLINE void k4_scales(const uint8_t *packed, uint8_t out[16])
+{
+	uint32_t u[4];
+	memcpy(u, packed, 12);
+	const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+	u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+	const uint32_t mins_lo = u[1] & m6;
+	u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+	u[2] = mins_lo;
+	u[0] &= m6;
+	memcpy(out, u, 16);
+}
+
+/* Q4_K (five = 0) and Q5_K (five = 1) against Q8_K. */
+ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const void *x, size_t bx, const int nr,
+			      float *s, size_t bs)
+{
+	__m256 acc[PG_MAX_NR], accm[PG_MAX_NR];
+	float summs[PG_MAX_NR];
+	for (int r = 0; r < nr; r++) {
+		acc[r] = accm[r] = _mm256_setzero_ps();
+		summs[r] = 0.0f;
+	}
+	const __m256i lo4 = _mm256_set1_epi8(0x0F);
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *qs, *scp;
+		const uint8_t *qhp = NULL;
+		float dw, dminw;
+		if (five) {
+			const block_q5_K *b = (const block_q5_K *)vw + i;
+			qs = b->qs;
+			qhp = b->qh;
+			scp = b->scales;
+			dw = f16s(b->d);
+			dminw = f16s(b->dmin);
+		} else {
+			const block_q4_K *b = (const block_q4_K *)vw + i;
+			qs = b->qs;
+			scp = b->scales;
+			dw = f16s(b->d);
+			dminw = f16s(b->dmin);
+		}
+		uint8_t sm[16];
+		k4_scales(scp, sm);
+		/* mins, each repeated for its two 16-sums of bsums */
+		const __m256i mins16 = _mm256_cvtepu8_epi16(
+			_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
+					 _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
+		__m256i isum[PG_MAX_NR];
+		for (int r = 0; r < nr; r++)
+			isum[r] = _mm256_setzero_si256();
+		const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
+		for (int g = 0; g < 4; g++) {
+			const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+			__m256i ql = _mm256_and_si256(q, lo4);
+			__m256i qhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+			if (five) {
+				const __m256i b1 = _mm256_set1_epi8((char)(1 << (2 * g)));
+				const __m256i b2 = _mm256_set1_epi8((char)(2 << (2 * g)));
+				const __m256i h16 = _mm256_set1_epi8(16);
+				ql = _mm256_or_si256(ql, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), h16));
+				qhi = _mm256_or_si256(qhi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b2), b2), h16));
+			}
+			const __m256i sc0 = _mm256_set1_epi16(sm[2 * g]);
+			const __m256i sc1 = _mm256_set1_epi16(sm[2 * g + 1]);
+			for (int r = 0; r < nr; r++) {
+				const int8_t *y = XROW(block_q8_K, x, bx, r)[i].qs + 64 * g;
+				isum[r] = dot_us8_scaled(isum[r], ql, _mm256_loadu_si256((const __m256i *)y), sc0);
+				isum[r] = dot_us8_scaled(isum[r], qhi, _mm256_loadu_si256((const __m256i *)(y + 32)), sc1);
+			}
+		}
+		for (int r = 0; r < nr; r++) {
+			const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
+			const __m256i bs16 = _mm256_loadu_si256((const __m256i *)xb->bsums);
+			const __m256i msum = _mm256_madd_epi16(bs16, mins16);
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+			if (five) {
+				/* ggml_vec_dot_q5_K_q8_K: summs += dmin * isum, scalar,
+				 * dmin = -y.d * x.dmin, contracted to an FMA. */
+				summs[r] = fmaf(-xb->d * dminw, (float)hsum_epi32(msum), summs[r]);
+			} else {
+				accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dminw * xb->d), _mm256_cvtepi32_ps(msum), accm[r]);
+			}
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = five ? hsum_ps(acc[r]) + summs[r] : hsum_ps(acc[r]) - hsum_ps(accm[r]);
+}
+
+/* Q6_K: levels kept unsigned (0..63); the -32 offset is taken out once
+ * per block through Q8_K's bsums. */
+ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size_t bx, const int nr, float *s,
+			     size_t bs)
+{
+	__m256 acc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	const __m256i lo4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03);
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const block_q6_K *b = w + i;
+		const float dw = f16s(b->d);
+		const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+		__m256i isum[PG_MAX_NR];
+		for (int r = 0; r < nr; r++) {
+			const __m256i bsum = _mm256_loadu_si256((const __m256i *)XROW(block_q8_K, x, bx, r)[i].bsums);
+			isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+						   _mm256_slli_epi32(_mm256_madd_epi16(bsum, sc16), 5));
+		}
+		for (int h = 0; h < 2; h++) {
+			const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+			const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+			const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+			__m256i q[4];
+			q[0] = _mm256_or_si256(_mm256_and_si256(ql0, lo4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+			q[1] = _mm256_or_si256(_mm256_and_si256(ql1, lo4),
+					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+			q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), lo4),
+					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), lo4),
+					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+			const int8_t *sc = b->scales + 8 * h;
+			__m256i scv[4];
+			for (int j = 0; j < 4; j++)
+				scv[j] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
+			for (int r = 0; r < nr; r++) {
+				const int8_t *y = XROW(block_q8_K, x, bx, r)[i].qs + 128 * h;
+				for (int j = 0; j < 4; j++)
+					isum[r] = dot_us8_scaled(isum[r], q[j],
+								 _mm256_loadu_si256((const __m256i *)(y + 32 * j)), scv[j]);
+			}
+		}
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * XROW(block_q8_K, x, bx, r)[i].d),
+						 _mm256_cvtepi32_ps(isum[r]), acc[r]);
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = hsum_ps(acc[r]);
+}
+
+/* Instantiates gemv_NAME(k, w, x, bx, nr, s, bs) from a tile body with the
+ * row count a compile-time constant, so the per-row arrays live in
+ * registers. */
+#define X86_GEMV(NAME, CALL)                                                                         \
+	static void gemv_##NAME(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s,  \
+				size_t bs)                                                            \
+	{                                                                                             \
+		switch (nr) {                                                                        \
+		case 1: CALL(1); break;                                                              \
+		case 2: CALL(2); break;                                                              \
+		case 3: CALL(3); break;                                                              \
+		default: CALL(4); break;                                                             \
+		}                                                                                     \
+	}
+
+#define C_Q8_0(N) q8_0_tile(k, w, x, bx, N, s, bs)
+#define C_Q4_0(N) q4_0_tile(k, w, x, bx, N, s, bs)
+#define C_Q5_0(N) q5_0_tile(k, w, x, bx, N, s, bs)
+#define C_Q4_1(N) qx_1_tile(k, w, 0, x, bx, N, s, bs)
+#define C_Q5_1(N) qx_1_tile(k, w, 1, x, bx, N, s, bs)
+#define C_Q4_K(N) qk_45_tile(k, w, 0, x, bx, N, s, bs)
+#define C_Q5_K(N) qk_45_tile(k, w, 1, x, bx, N, s, bs)
+#define C_Q6_K(N) q6_K_tile(k, w, x, bx, N, s, bs)
+X86_GEMV(q8_0, C_Q8_0)
+X86_GEMV(q4_0, C_Q4_0)
+X86_GEMV(q5_0, C_Q5_0)
+X86_GEMV(q4_1, C_Q4_1)
+X86_GEMV(q5_1, C_Q5_1)
+X86_GEMV(q4_K, C_Q4_K)
+X86_GEMV(q5_K, C_Q5_K)
+X86_GEMV(q6_K, C_Q6_K)
+
+#endif

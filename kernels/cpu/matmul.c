@@ -1,0 +1,195 @@
+/* kernels/cpu/matmul.c — Y = X · Wᵀ over the pool.
+ *
+ * Activations are converted once to the weight's vec-dot type. Work is
+ * handed out in chunks of weight rows through an atomic counter, so a
+ * core that finishes early takes more. Inside a chunk the loop runs
+ * activation rows in tiles of PG_MAX_NR: each weight row is streamed from
+ * memory once per chunk (then hit in L1/L2 for the next tile), and the
+ * kernel decodes each weight block once per tile. For m = 1 this is a
+ * plain stream of the weights split across threads.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+uint32_t pg_vec_dot_type(uint32_t wtype)
+{
+	switch (wtype) {
+	case PG_TYPE_F32: return PG_TYPE_F32;
+	case PG_TYPE_F16: return PG_TYPE_F16;
+	case PG_TYPE_BF16: return PG_TYPE_BF16;
+	case PG_TYPE_Q4_0:
+	case PG_TYPE_Q5_0:
+	case PG_TYPE_Q8_0: return PG_TYPE_Q8_0;
+	case PG_TYPE_Q4_1:
+	case PG_TYPE_Q5_1: return PG_TYPE_Q8_1;
+	case PG_TYPE_Q4_K:
+	case PG_TYPE_Q5_K:
+	case PG_TYPE_Q6_K: return PG_TYPE_Q8_K;
+	default: return PG_TYPE_COUNT;
+	}
+}
+
+bool pg_type_supported(uint32_t type)
+{
+	return pg_vec_dot_type(type) != PG_TYPE_COUNT;
+}
+
+size_t pg_act_row_size(uint32_t wtype, int64_t k)
+{
+	uint32_t vt = pg_vec_dot_type(wtype);
+	return vt == PG_TYPE_COUNT || k < 0 ? 0 : pg_row_size(vt, (uint64_t)k);
+}
+
+void pg_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k)
+{
+	uint32_t vt = pg_vec_dot_type(wtype);
+	if (vt != PG_TYPE_COUNT)
+		pg_kern_get()->from_float[vt](x, dst, k);
+}
+
+struct mm_job {
+	pg_gemv_fn gemv;
+	pg_from_float_fn from_float;
+	const char *W;
+	size_t wrow;
+	int64_t n, k;
+	const float *X; /* conversion phase */
+	char *Xq;
+	size_t xrow;
+	int64_t m;
+	float *Y;
+	int64_t ldy;
+	int64_t chunk;
+	_Atomic int64_t next;
+};
+
+static void quant_job(void *a, int ith, int nth)
+{
+	struct mm_job *j = a;
+	for (int64_t i = ith; i < j->m; i += nth)
+		j->from_float(j->X + i * j->k, j->Xq + (size_t)i * j->xrow, j->k);
+}
+
+static void mm_job_run(void *a, int ith, int nth)
+{
+	struct mm_job *j = a;
+	(void)ith;
+	(void)nth;
+	const int64_t nchunks = (j->n + j->chunk - 1) / j->chunk;
+	for (;;) {
+		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+		if (c >= nchunks)
+			break;
+		const int64_t r0 = c * j->chunk;
+		const int64_t r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
+		for (int64_t i0 = 0; i0 < j->m; i0 += PG_MAX_NR) {
+			const int nr = (int)(j->m - i0 < PG_MAX_NR ? j->m - i0 : PG_MAX_NR);
+			const char *x = j->Xq + (size_t)i0 * j->xrow;
+			float *y = j->Y + i0 * j->ldy;
+			for (int64_t r = r0; r < r1; r++)
+				j->gemv(j->k, j->W + (size_t)r * j->wrow, x, j->xrow, nr, y + r, (size_t)j->ldy);
+		}
+	}
+}
+
+/* Rows per chunk: small enough that every thread gets several chunks
+ * (balance), large enough to amortise the counter; for big batches also
+ * small enough that a chunk of weights stays in L2 across the tiles. */
+static int64_t pick_chunk(int64_t n, size_t wrow, int64_t m, int nth)
+{
+	int64_t c = n / ((int64_t)nth * 8);
+	if (m > PG_MAX_NR) {
+		int64_t l2 = (int64_t)((256u << 10) / (wrow ? wrow : 1));
+		if (c > l2)
+			c = l2;
+	}
+	if (c < 4)
+		c = 4;
+	return c;
+}
+
+static void run_matmul(struct pg_pool *p, struct mm_job *j)
+{
+	j->chunk = pick_chunk(j->n, j->wrow, j->m, pg_pool_size(p));
+	atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+	if ((j->n <= j->chunk && j->m <= PG_MAX_NR) || pg_pool_size(p) == 1)
+		mm_job_run(j, 0, 1);
+	else
+		pg_pool_run(p, mm_job_run, j);
+}
+
+static bool setup(struct mm_job *j, const void *W, uint32_t wtype, int64_t n, int64_t k, int64_t m,
+		  float *Y, int64_t ldy)
+{
+	const struct pg_kern *kern = pg_kern_get();
+	uint32_t vt = pg_vec_dot_type(wtype);
+	if (vt == PG_TYPE_COUNT || n <= 0 || m <= 0 || k <= 0)
+		return false;
+	j->wrow = pg_row_size(wtype, (uint64_t)k);
+	j->xrow = pg_row_size(vt, (uint64_t)k);
+	if (!j->wrow || !j->xrow)
+		return false;
+	j->gemv = kern->gemv[wtype];
+	j->from_float = kern->from_float[vt];
+	j->W = W;
+	j->n = n;
+	j->k = k;
+	j->m = m;
+	j->Y = Y;
+	j->ldy = ldy;
+	return true;
+}
+
+void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const void *Xq,
+		 int64_t m, float *Y, int64_t ldy)
+{
+	struct mm_job j;
+	if (!setup(&j, W, wtype, n, k, m, Y, ldy))
+		return;
+	j.Xq = (char *)Xq;
+	run_matmul(p, &j);
+}
+
+/* Per calling thread: the engine thread reuses one buffer for every
+ * matmul of a step instead of allocating each time. */
+static _Thread_local void *tl_buf;
+static _Thread_local size_t tl_cap;
+
+static void *scratch(size_t need)
+{
+	if (need > tl_cap) {
+		free(tl_buf);
+		tl_cap = 0;
+		need = (need + 4095) & ~(size_t)4095;
+		if (posix_memalign(&tl_buf, 64, need) != 0) {
+			tl_buf = NULL;
+			return NULL;
+		}
+		tl_cap = need;
+	}
+	return tl_buf;
+}
+
+void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
+	       int64_t m, float *Y, int64_t ldy)
+{
+	struct mm_job j;
+	if (!setup(&j, W, wtype, n, k, m, Y, ldy))
+		return;
+	if (pg_vec_dot_type(wtype) == PG_TYPE_F32) {
+		j.Xq = (char *)X;
+	} else {
+		j.Xq = scratch(j.xrow * (size_t)m);
+		if (!j.Xq)
+			return;
+		j.X = X;
+		if (m >= 4 && pg_pool_size(p) > 1)
+			pg_pool_run(p, quant_job, &j);
+		else
+			quant_job(&j, 0, 1);
+	}
+	run_matmul(p, &j);
+}

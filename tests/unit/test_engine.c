@@ -1,0 +1,394 @@
+/* tests/unit/test_engine.c — the engine on a real model (stories260K):
+ * continuous batching gives each request exactly its solo greedy output,
+ * with the prefix cache on or off and with a pool so small that sequences
+ * are preempted; a long shared prefix is served from the cache; KV waste
+ * stays low; cancel, stop strings and bad requests behave. */
+#include "daemon/engine/engine.h"
+#include "daemon/model/tokenizer.h"
+#include "tests/unit/testdata.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_OUT 256
+#define MAX_TEXT 4096
+
+struct out {
+	int32_t ids[MAX_OUT];
+	int n;
+	char text[MAX_TEXT];
+	int tlen;
+	bool done;
+	enum finish_reason why;
+	int err;
+	int32_t *prompt;
+};
+
+static void on_tok(struct engine_req *r, int32_t tok, const char *text, size_t len)
+{
+	struct out *o = r->user;
+	ck_assert(!o->done);
+	if (tok >= 0) {
+		ck_assert_int_lt(o->n, MAX_OUT);
+		o->ids[o->n++] = tok;
+	}
+	ck_assert_int_lt(o->tlen + (int)len, MAX_TEXT);
+	memcpy(o->text + o->tlen, text, len);
+	o->tlen += (int)len;
+}
+
+static void on_done(struct engine_req *r, enum finish_reason why, int err, const char *msg)
+{
+	struct out *o = r->user;
+	ck_assert_msg(!o->done, "on_done twice");
+	o->done = true;
+	o->why = why;
+	o->err = err;
+}
+
+static bool model_path(char *buf, size_t n)
+{
+	return testdata_path(buf, n, "models/stories260K.gguf") == 0;
+}
+
+static struct engine *make(struct engine_opts o)
+{
+	char path[4096], err[512];
+	if (!model_path(path, sizeof path))
+		return NULL;
+	o.model_path = strdup(path);
+	if (!o.threads)
+		o.threads = 2;
+	struct engine *e;
+	ck_assert_msg(engine_create(&o, &e, err, sizeof err) == 0, "%s", err);
+	free((char *)o.model_path);
+	return e;
+}
+
+static void init_req(struct engine_req *r, struct out *o, uint64_t id, int32_t *prompt, int n, int max)
+{
+	memset(r, 0, sizeof *r);
+	memset(o, 0, sizeof *o);
+	r->id = id;
+	r->prompt = prompt;
+	r->n_prompt = n;
+	r->max_tokens = max;
+	sampling_defaults(&r->sampling);
+	r->sampling.temp = 0;
+	r->on_token = on_tok;
+	r->on_done = on_done;
+	r->user = o;
+}
+
+static void drain(struct engine *e)
+{
+	for (int guard = 0; engine_step(e) > 0; guard++)
+		ck_assert_int_lt(guard, 100000);
+}
+
+/* A deterministic workload: N random prompts of varied lengths. */
+#define N_REQ 32
+static int32_t prompts[N_REQ][200];
+static int plen[N_REQ], pmax[N_REQ];
+
+static void make_workload(int n_vocab)
+{
+	srand(1234);
+	for (int i = 0; i < N_REQ; i++) {
+		plen[i] = 1 + rand() % 150;
+		pmax[i] = 8 + rand() % 48;
+		prompts[i][0] = 1; /* BOS */
+		for (int j = 1; j < plen[i]; j++)
+			prompts[i][j] = 3 + rand() % (n_vocab - 3);
+		/* a few shared prefixes, so the cache has something to share */
+		if (i % 4 == 1 && plen[i] > 40 && plen[i - 1] > 40)
+			memcpy(prompts[i], prompts[i - 1], 40 * sizeof(int32_t));
+	}
+}
+
+static struct out solo[N_REQ];
+
+static void run_solo(void)
+{
+	static bool done;
+	if (done)
+		return;
+	struct engine *e = make((struct engine_opts){ .no_prefix_cache = true });
+	if (!e)
+		return;
+	make_workload(tok_n_vocab(engine_tokenizer(e)));
+	for (int i = 0; i < N_REQ; i++) {
+		struct engine_req r;
+		init_req(&r, &solo[i], i, prompts[i], plen[i], pmax[i]);
+		ck_assert_int_eq(engine_submit(e, &r), 0);
+		drain(e);
+		ck_assert(solo[i].done);
+		ck_assert(solo[i].why == FINISH_LENGTH || solo[i].why == FINISH_EOS);
+	}
+	engine_destroy(e);
+	done = true;
+}
+
+static void run_concurrent(struct engine_opts o, struct engine_stats *st)
+{
+	run_solo();
+	struct engine *e = make(o);
+	if (!e)
+		return;
+	static struct engine_req r[N_REQ];
+	static struct out out[N_REQ];
+	/* two waves, so the second finds the first's prefixes in the cache */
+	for (int wave = 0; wave < 2; wave++) {
+		for (int i = wave; i < N_REQ; i += 2) {
+			init_req(&r[i], &out[i], i, prompts[i], plen[i], pmax[i]);
+			ck_assert_int_eq(engine_submit(e, &r[i]), 0);
+		}
+		for (int k = 0; k < 3; k++)
+			engine_step(e);
+	}
+	drain(e);
+	for (int i = 0; i < N_REQ; i++) {
+		ck_assert(out[i].done);
+		ck_assert_int_eq(out[i].why, solo[i].why);
+		ck_assert_int_eq(out[i].n, solo[i].n);
+		ck_assert_msg(memcmp(out[i].ids, solo[i].ids, out[i].n * sizeof(int32_t)) == 0,
+			      "request %d differs from its solo run", i);
+		ck_assert_int_eq(out[i].tlen, solo[i].tlen);
+		ck_assert(memcmp(out[i].text, solo[i].text, out[i].tlen) == 0);
+	}
+	engine_get_stats(e, st);
+	ck_assert_int_eq(st->running, 0);
+	ck_assert_int_eq(st->waiting, 0);
+	ck_assert_int_eq(st->kv_blocks_used, 0);
+	ck_assert_int_eq(st->requests_finished, N_REQ);
+	engine_destroy(e);
+}
+
+START_TEST(test_batched_equals_solo_cache_on)
+{
+	struct engine_stats st;
+	run_concurrent((struct engine_opts){ .max_seqs = 32 }, &st);
+	if (!solo[0].done)
+		return;
+	ck_assert_uint_gt(st.cached_prompt_tokens, 0);
+}
+END_TEST
+
+START_TEST(test_batched_equals_solo_cache_off)
+{
+	struct engine_stats st;
+	run_concurrent((struct engine_opts){ .max_seqs = 32, .no_prefix_cache = true }, &st);
+	if (!solo[0].done)
+		return;
+	ck_assert_uint_eq(st.cached_prompt_tokens, 0);
+}
+END_TEST
+
+START_TEST(test_preemption)
+{
+	struct engine_stats st;
+	/* 24 blocks of 16 tokens: far less than 32 sequences need */
+	run_concurrent((struct engine_opts){ .max_seqs = 32, .kv_blocks = 24, .n_ctx = 256 }, &st);
+	if (!solo[0].done)
+		return;
+	ck_assert_uint_gt(st.preemptions, 0);
+}
+END_TEST
+
+START_TEST(test_small_chunks)
+{
+	struct engine_stats st;
+	run_concurrent((struct engine_opts){ .max_seqs = 5, .prefill_chunk = 7, .max_batch_tokens = 20 }, &st);
+}
+END_TEST
+
+/* A 1,100-token system prompt shared by later requests. */
+START_TEST(test_shared_prefix)
+{
+	struct engine *e = make((struct engine_opts){ .max_seqs = 8 });
+	if (!e)
+		return;
+	enum { SYS = 1100, Q = 20, N = 5 };
+	static int32_t p[N][SYS + Q];
+	int nv = tok_n_vocab(engine_tokenizer(e));
+	srand(99);
+	for (int j = 0; j < SYS; j++)
+		p[0][j] = j == 0 ? 1 : 3 + rand() % (nv - 3);
+	for (int i = 0; i < N; i++) {
+		memcpy(p[i], p[0], SYS * sizeof(int32_t));
+		for (int j = 0; j < Q; j++)
+			p[i][SYS + j] = 3 + rand() % (nv - 3);
+	}
+	struct engine_req r[N];
+	struct out o[N];
+	init_req(&r[0], &o[0], 0, p[0], SYS + Q, 4);
+	engine_submit(e, &r[0]);
+	drain(e);
+	struct engine_stats before;
+	engine_get_stats(e, &before);
+	ck_assert_uint_ge(before.prefill_tokens, SYS + Q);
+	for (int i = 1; i < N; i++) {
+		init_req(&r[i], &o[i], i, p[i], SYS + Q, 4);
+		engine_submit(e, &r[i]);
+	}
+	drain(e);
+	struct engine_stats after;
+	engine_get_stats(e, &after);
+	for (int i = 1; i < N; i++) {
+		ck_assert(o[i].done);
+		double hit = (double)r[i].timings.n_cached / r[i].timings.n_prompt;
+		ck_assert_msg(hit > 0.9, "request %d hit rate %.3f", i, hit);
+	}
+	/* the shared part was not prefilled again: only each question's tail */
+	uint64_t recomputed = after.prefill_tokens - before.prefill_tokens;
+	ck_assert_msg(recomputed < (uint64_t)(N - 1) * (Q + 16), "prefilled %llu tokens",
+		      (unsigned long long)recomputed);
+	ck_assert_uint_ge(after.cached_prompt_tokens, (uint64_t)(N - 1) * (SYS - 16));
+	engine_destroy(e);
+}
+END_TEST
+
+/* 64 sequences of random lengths at once: allocated-but-empty slots stay
+ * under 5% of the allocated ones while they all run. */
+START_TEST(test_kv_waste)
+{
+	enum { N = 64 };
+	struct engine *e = make((struct engine_opts){ .max_seqs = N, .max_batch_tokens = 4096, .n_ctx = 1024 });
+	if (!e)
+		return;
+	static int32_t p[N][600];
+	static struct engine_req r[N];
+	static struct out o[N];
+	int nv = tok_n_vocab(engine_tokenizer(e));
+	srand(5);
+	for (int i = 0; i < N; i++) {
+		int n = 200 + rand() % 400;
+		for (int j = 0; j < n; j++)
+			p[i][j] = 3 + rand() % (nv - 3);
+		init_req(&r[i], &o[i], i, p[i], n, 40);
+		engine_submit(e, &r[i]);
+	}
+	double sum = 0;
+	int samples = 0;
+	while (engine_step(e) > 0) {
+		struct engine_stats st;
+		engine_get_stats(e, &st);
+		if (st.running == N) {
+			sum += st.kv_waste;
+			samples++;
+		}
+	}
+	ck_assert_int_gt(samples, 0);
+	ck_assert_msg(sum / samples < 0.05, "KV waste %.4f", sum / samples);
+	engine_destroy(e);
+}
+END_TEST
+
+static void prompt_of(struct engine *e, const char *text, int32_t *ids, int *n)
+{
+	const struct tokenizer *t = engine_tokenizer(e);
+	*n = tok_encode(t, text, strlen(text), tok_add_bos(t), true, ids, 256);
+	ck_assert_int_gt(*n, 0);
+}
+
+START_TEST(test_stop_string)
+{
+	struct engine *e = make((struct engine_opts){ 0 });
+	if (!e)
+		return;
+	int32_t ids[256];
+	int n;
+	prompt_of(e, "Once upon a time", ids, &n);
+	struct engine_req r;
+	struct out o;
+	init_req(&r, &o, 1, ids, n, 128);
+	engine_submit(e, &r);
+	drain(e);
+	const char *lily = strstr(o.text, "Lily");
+	ck_assert_ptr_nonnull(lily);
+	int before = (int)(lily - o.text);
+
+	struct out o2;
+	init_req(&r, &o2, 2, ids, n, 128);
+	r.n_stop = 2;
+	strcpy(r.stop[0], "Lily");
+	strcpy(r.stop[1], "zzzz-never");
+	engine_submit(e, &r);
+	drain(e);
+	ck_assert_int_eq(o2.why, FINISH_STOP);
+	ck_assert_int_eq(o2.tlen, before);
+	ck_assert(memcmp(o2.text, o.text, before) == 0);
+	engine_destroy(e);
+}
+END_TEST
+
+START_TEST(test_errors_and_cancel)
+{
+	struct engine *e = make((struct engine_opts){ .n_ctx = 64 });
+	if (!e)
+		return;
+	int32_t ids[80];
+	for (int i = 0; i < 80; i++)
+		ids[i] = 10 + i;
+	struct engine_req r;
+	struct out o;
+	init_req(&r, &o, 1, ids, 70, 1);
+	ck_assert_int_eq(engine_submit(e, &r), ENGINE_ERR_CONTEXT);
+	ck_assert(o.done && o.why == FINISH_ERROR && o.err == ENGINE_ERR_CONTEXT);
+	init_req(&r, &o, 2, ids, 40, 30);
+	ck_assert_int_eq(engine_submit(e, &r), ENGINE_ERR_CONTEXT);
+	init_req(&r, &o, 3, ids, 0, 4);
+	ck_assert_int_eq(engine_submit(e, &r), ENGINE_ERR_INVALID);
+	ids[5] = 1 << 20;
+	init_req(&r, &o, 4, ids, 10, 4);
+	ck_assert_int_eq(engine_submit(e, &r), ENGINE_ERR_INVALID);
+	ids[5] = 15;
+
+	/* cancel while running: on_done(CANCEL) once, nothing after */
+	init_req(&r, &o, 5, ids, 10, 50);
+	ck_assert_int_eq(engine_submit(e, &r), 0);
+	engine_step(e);
+	engine_step(e);
+	engine_cancel(e, 5);
+	drain(e);
+	ck_assert(o.done);
+	ck_assert_int_eq(o.why, FINISH_CANCEL);
+	ck_assert_int_lt(o.n, 50);
+	struct engine_stats st;
+	engine_get_stats(e, &st);
+	ck_assert_uint_eq(st.requests_cancelled, 1);
+	ck_assert_int_eq(st.kv_blocks_used, 0);
+
+	/* draining refuses new work */
+	engine_drain(e);
+	init_req(&r, &o, 6, ids, 10, 4);
+	ck_assert_int_eq(engine_submit(e, &r), ENGINE_ERR_DRAINING);
+	ck_assert(o.done && o.why == FINISH_ERROR);
+	engine_destroy(e);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("engine");
+	TCase *tc = tcase_create("stories260K");
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_batched_equals_solo_cache_on);
+	tcase_add_test(tc, test_batched_equals_solo_cache_off);
+	tcase_add_test(tc, test_preemption);
+	tcase_add_test(tc, test_small_chunks);
+	tcase_add_test(tc, test_shared_prefix);
+	tcase_add_test(tc, test_kv_waste);
+	tcase_add_test(tc, test_stop_string);
+	tcase_add_test(tc, test_errors_and_cancel);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	/* one process: the solo reference runs are computed once and shared */
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

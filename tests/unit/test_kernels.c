@@ -1,0 +1,528 @@
+/* tests/unit/test_kernels.c — CPU kernels: every type on every ISA the
+ * machine has, against the scalar reference and against plain double math
+ * on the dequantized operands. */
+#include <check.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+
+static const char *const all_isas[] = { "scalar", "avx2", "avx512" };
+static const char *saved_isa;
+
+static void save_isa(void)
+{
+	saved_isa = pg_cpu_isa();
+}
+static void restore_isa(void)
+{
+	pg_cpu_set_isa(saved_isa);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t)(rng_state >> 16);
+}
+static float frand(void) /* uniform [-1, 1) */
+{
+	return (float)((double)rnd() / 2147483648.0 - 1.0);
+}
+static float grand(void) /* roughly gaussian */
+{
+	return (frand() + frand() + frand() + frand()) * 0.866f;
+}
+static void fill(float *x, int64_t n, float scale)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] = grand() * scale;
+}
+
+static const uint32_t mm_types[] = {
+	PG_TYPE_F32, PG_TYPE_F16, PG_TYPE_BF16, PG_TYPE_Q4_0, PG_TYPE_Q4_1, PG_TYPE_Q5_0,
+	PG_TYPE_Q5_1, PG_TYPE_Q8_0, PG_TYPE_Q4_K, PG_TYPE_Q5_K, PG_TYPE_Q6_K,
+};
+#define NTYPES (sizeof(mm_types) / sizeof(mm_types[0]))
+
+static bool is_k_quant(uint32_t t)
+{
+	return t == PG_TYPE_Q4_K || t == PG_TYPE_Q5_K || t == PG_TYPE_Q6_K;
+}
+
+/* Quantizes n random rows of k into a fresh buffer of type t. */
+static void *make_weights(uint32_t t, int64_t n, int64_t k, float **f32_out)
+{
+	size_t rs = pg_row_size(t, (uint64_t)k);
+	ck_assert_uint_gt(rs, 0);
+	char *w = malloc(rs * (size_t)n);
+	float *f = malloc(sizeof(float) * (size_t)(n * k));
+	fill(f, n * k, 0.5f);
+	for (int64_t j = 0; j < n; j++)
+		ck_assert_uint_eq(pg_quantize_row(t, f + j * k, w + (size_t)j * rs, k), rs);
+	if (f32_out)
+		*f32_out = f;
+	else
+		free(f);
+	return w;
+}
+
+/* Y from double math on dequantized weights and dequantized converted
+ * activations, plus sum |w||x| per element to scale the tolerance. */
+static void naive_matmul(uint32_t t, const void *W, int64_t n, int64_t k, const float *X, int64_t m, double *Y,
+			 double *mag)
+{
+	size_t rs = pg_row_size(t, (uint64_t)k);
+	size_t xs = pg_act_row_size(t, k);
+	float *wf = malloc(sizeof(float) * (size_t)k), *xf = malloc(sizeof(float) * (size_t)(k * m));
+	void *xq = malloc(xs);
+	for (int64_t i = 0; i < m; i++) {
+		pg_quantize_act(t, X + i * k, xq, k);
+		pg_dequant_row(pg_vec_dot_type(t), xq, xf + i * k, k);
+	}
+	for (int64_t j = 0; j < n; j++) {
+		pg_dequant_row(t, (const char *)W + (size_t)j * rs, wf, k);
+		for (int64_t i = 0; i < m; i++) {
+			double s = 0, a = 0;
+			for (int64_t l = 0; l < k; l++) {
+				s += (double)wf[l] * xf[i * k + l];
+				a += fabs((double)wf[l] * xf[i * k + l]);
+			}
+			Y[i * n + j] = s;
+			mag[i * n + j] = a;
+		}
+	}
+	free(wf);
+	free(xf);
+	free(xq);
+}
+
+struct shape {
+	int64_t m, n, k;
+};
+static const struct shape shapes[] = {
+	{ 1, 1, 256 }, { 1, 37, 512 }, { 2, 16, 256 }, { 3, 17, 768 }, { 4, 8, 256 },
+	{ 5, 33, 512 }, { 7, 64, 1024 }, { 13, 40, 256 }, { 33, 19, 512 },
+};
+
+static void check_matmul_type(uint32_t t, struct pg_pool *pool)
+{
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+		const int64_t m = shapes[si].m, n = shapes[si].n;
+		int64_t k = shapes[si].k;
+		if (!is_k_quant(t) && si % 3 == 1)
+			k += 32 * 3; /* not a multiple of 256: 32-blocks and tails */
+		if (t == PG_TYPE_F32 || t == PG_TYPE_F16 || t == PG_TYPE_BF16)
+			k += si % 2 ? 5 : 0; /* odd k for the float kernels' tails */
+		void *W = make_weights(t, n, k, NULL);
+		float *X = malloc(sizeof(float) * (size_t)(m * k));
+		fill(X, m * k, 1.0f);
+		const int64_t ldy = n + 3;
+		float *Yref = malloc(sizeof(float) * (size_t)(m * ldy));
+		float *Y = malloc(sizeof(float) * (size_t)(m * ldy));
+		double *Yd = malloc(sizeof(double) * (size_t)(m * n)), *mag = malloc(sizeof(double) * (size_t)(m * n));
+		naive_matmul(t, W, n, k, X, m, Yd, mag);
+
+		ck_assert(pg_cpu_set_isa("scalar"));
+		pg_matmul(NULL, W, t, n, k, X, m, Yref, ldy);
+		for (int64_t i = 0; i < m; i++)
+			for (int64_t j = 0; j < n; j++) {
+				double tol = 2e-4 * mag[i * n + j] + 1e-5;
+				/* Q8_1's s is the block sum rounded to f16 */
+				if (t == PG_TYPE_Q4_1 || t == PG_TYPE_Q5_1)
+					tol = 2e-3 * mag[i * n + j] + 1e-4;
+				ck_assert_msg(fabs(Yref[i * ldy + j] - Yd[i * n + j]) <= tol,
+					      "%s scalar vs naive m=%ld n=%ld k=%ld [%ld,%ld]: %g vs %g", pg_type_name(t),
+					      (long)m, (long)n, (long)k, (long)i, (long)j, Yref[i * ldy + j],
+					      Yd[i * n + j]);
+			}
+		for (size_t ii = 0; ii < 3; ii++) {
+			if (!pg_cpu_set_isa(all_isas[ii]))
+				continue;
+			for (int threaded = 0; threaded < 2; threaded++) {
+				for (int64_t i = 0; i < m * ldy; i++)
+					Y[i] = -12345.f;
+				pg_matmul(threaded ? pool : NULL, W, t, n, k, X, m, Y, ldy);
+				for (int64_t i = 0; i < m; i++) {
+					for (int64_t j = 0; j < n; j++) {
+						double tol = 1e-5 * mag[i * n + j] + 1e-6;
+						ck_assert_msg(fabs(Y[i * ldy + j] - Yref[i * ldy + j]) <= tol,
+							      "%s %s vs scalar m=%ld n=%ld k=%ld [%ld,%ld]: %g vs %g",
+							      pg_type_name(t), all_isas[ii], (long)m, (long)n, (long)k,
+							      (long)i, (long)j, Y[i * ldy + j], Yref[i * ldy + j]);
+					}
+					for (int64_t j = n; j < ldy; j++)
+						ck_assert_float_eq(Y[i * ldy + j], -12345.f); /* padding untouched */
+				}
+			}
+		}
+		free(W);
+		free(X);
+		free(Y);
+		free(Yref);
+		free(Yd);
+		free(mag);
+	}
+}
+
+START_TEST(test_matmul_types)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	check_matmul_type(mm_types[_i], pool);
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
+/* A batch must give the same numbers as its rows one at a time. */
+START_TEST(test_matmul_batch_equals_rows)
+{
+	save_isa();
+	const uint32_t t = mm_types[_i];
+	const int64_t n = 24, k = 512, m = 11;
+	void *W = make_weights(t, n, k, NULL);
+	float *X = malloc(sizeof(float) * m * k), *Yb = malloc(sizeof(float) * m * n), *Yr = malloc(sizeof(float) * n);
+	fill(X, m * k, 2.0f);
+	pg_matmul(NULL, W, t, n, k, X, m, Yb, n);
+	for (int64_t i = 0; i < m; i++) {
+		pg_matmul(NULL, W, t, n, k, X + i * k, 1, Yr, n);
+		for (int64_t j = 0; j < n; j++)
+			ck_assert_msg(fabsf(Yr[j] - Yb[i * n + j]) <= 1e-4f * (fabsf(Yr[j]) + 1.0f), "%s row %ld col %ld",
+				      pg_type_name(t), (long)i, (long)j);
+	}
+	free(W);
+	free(X);
+	free(Yb);
+	free(Yr);
+	restore_isa();
+}
+END_TEST
+
+START_TEST(test_act_quant_exact_across_isas)
+{
+	save_isa();
+	const uint32_t wt[] = { PG_TYPE_Q8_0, PG_TYPE_Q4_1, PG_TYPE_Q4_K, PG_TYPE_F16, PG_TYPE_BF16 };
+	const int64_t k = 2048;
+	float *x = malloc(sizeof(float) * k);
+	for (size_t w = 0; w < sizeof(wt) / sizeof(wt[0]); w++) {
+		size_t rs = pg_act_row_size(wt[w], k);
+		char *ref = malloc(rs), *got = malloc(rs);
+		for (int rep = 0; rep < 20; rep++) {
+			fill(x, k, rep % 2 ? 1e-3f : 30.0f);
+			if (rep == 3)
+				memset(x, 0, sizeof(float) * 64); /* all-zero blocks */
+			if (rep == 5)
+				for (int64_t i = 0; i < k; i++) /* exact .5 ties after scaling */
+					x[i] = (float)((int)(rnd() % 255) - 127) * 0.5f;
+			ck_assert(pg_cpu_set_isa("scalar"));
+			pg_quantize_act(wt[w], x, ref, k);
+			for (size_t ii = 1; ii < 3; ii++) {
+				if (!pg_cpu_set_isa(all_isas[ii]))
+					continue;
+				memset(got, 0xAA, rs);
+				pg_quantize_act(wt[w], x, got, k);
+				ck_assert_msg(memcmp(ref, got, rs) == 0, "%s activations differ on %s",
+					      pg_type_name(pg_vec_dot_type(wt[w])), all_isas[ii]);
+			}
+		}
+		free(ref);
+		free(got);
+	}
+	free(x);
+	restore_isa();
+}
+END_TEST
+
+/* dequant(quantize(x)): relative RMS error within what each format gives. */
+START_TEST(test_quant_roundtrip)
+{
+	static const struct {
+		uint32_t t;
+		double max_rel_rmse;
+	} lim[] = {
+		{ PG_TYPE_F32, 0 },	{ PG_TYPE_F16, 6e-4 },	 { PG_TYPE_BF16, 4e-3 }, { PG_TYPE_Q4_0, 0.13 },
+		{ PG_TYPE_Q4_1, 0.11 }, { PG_TYPE_Q5_0, 0.065 }, { PG_TYPE_Q5_1, 0.055 }, { PG_TYPE_Q8_0, 0.006 },
+		{ PG_TYPE_Q8_K, 0.008 }, { PG_TYPE_Q4_K, 0.10 }, { PG_TYPE_Q5_K, 0.05 },  { PG_TYPE_Q6_K, 0.025 },
+	};
+	const int64_t k = 4096;
+	float *x = malloc(sizeof(float) * k), *y = malloc(sizeof(float) * k);
+	void *q = malloc(pg_row_size(PG_TYPE_F32, k));
+	for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]); i++) {
+		fill(x, k, 3.0f);
+		size_t rs = pg_quantize_row(lim[i].t, x, q, k);
+		ck_assert_uint_eq(rs, pg_row_size(lim[i].t, k));
+		pg_dequant_row(lim[i].t, q, y, k);
+		double e = 0, s = 0;
+		for (int64_t j = 0; j < k; j++) {
+			e += (double)(x[j] - y[j]) * (x[j] - y[j]);
+			s += (double)x[j] * x[j];
+		}
+		double rel = sqrt(e / s);
+		ck_assert_msg(rel <= lim[i].max_rel_rmse, "%s: relative rmse %g > %g", pg_type_name(lim[i].t), rel,
+			      lim[i].max_rel_rmse);
+		/* all-zero input stays zero */
+		memset(x, 0, sizeof(float) * k);
+		pg_quantize_row(lim[i].t, x, q, k);
+		pg_dequant_row(lim[i].t, q, y, k);
+		for (int64_t j = 0; j < k; j++)
+			ck_assert_float_eq(y[j], 0.0f);
+	}
+	ck_assert_uint_eq(pg_quantize_row(PG_TYPE_Q4_K, x, q, 100), 0); /* not whole blocks */
+	ck_assert_uint_eq(pg_quantize_row(PG_TYPE_I32, x, q, 256), 0);
+	free(x);
+	free(y);
+	free(q);
+}
+END_TEST
+
+/* Values worked out by hand from ggml's formulas. */
+START_TEST(test_quant_known_values)
+{
+	float x[32], y[32];
+	block_q4_0 b4;
+	for (int j = 0; j < 32; j++)
+		x[j] = (float)(j - 16);
+	pg_quantize_row(PG_TYPE_Q4_0, x, &b4, 32);
+	ck_assert_float_eq(pg_f16_to_f32(b4.d), 2.0f); /* max = -16 -> d = -16/-8 */
+	ck_assert_uint_eq(b4.qs[0] & 0xF, 0);	       /* -16*0.5+8.5 = 0.5 -> 0 */
+	ck_assert_uint_eq(b4.qs[1] & 0xF, 1);	       /* 1.0 */
+	ck_assert_uint_eq(b4.qs[2] & 0xF, 1);	       /* 1.5 truncates */
+	ck_assert_uint_eq(b4.qs[15] >> 4, 15);	       /* 16 clamps */
+	pg_dequant_row(PG_TYPE_Q4_0, &b4, y, 32);
+	ck_assert_float_eq(y[0], -16.0f);
+	ck_assert_float_eq(y[31], 14.0f);
+
+	/* q8_0 activations: 127/amax and ties to even (x86 ggml), where the
+	 * reference quantizer's roundf goes away from zero */
+	block_q8_0 a, r;
+	for (int j = 0; j < 32; j++)
+		x[j] = 0;
+	x[0] = 127.0f;
+	x[1] = 2.5f;
+	x[2] = -3.5f;
+	pg_quantize_act(PG_TYPE_Q8_0, x, &a, 32);
+	pg_quantize_row(PG_TYPE_Q8_0, x, &r, 32);
+	ck_assert_int_eq(a.qs[0], 127);
+	ck_assert_int_eq(a.qs[1], 2);
+	ck_assert_int_eq(a.qs[2], -4);
+	ck_assert_int_eq(r.qs[1], 3);
+	ck_assert_float_eq(pg_f16_to_f32(a.d), 1.0f);
+}
+END_TEST
+
+START_TEST(test_f16_bf16_roundtrip)
+{
+	save_isa();
+	/* every finite half survives half -> float -> half, on every ISA */
+	enum { N = 65536 };
+	pg_f16 *h = malloc(sizeof(pg_f16) * N), *h2 = malloc(sizeof(pg_f16) * N);
+	float *f = malloc(sizeof(float) * N), *g = malloc(sizeof(float) * N);
+	for (int i = 0; i < N; i++)
+		h[i] = (pg_f16)i;
+	for (size_t ii = 0; ii < 3; ii++) {
+		if (!pg_cpu_set_isa(all_isas[ii]))
+			continue;
+		pg_f16_to_f32_row(h, f, N);
+		pg_f32_to_f16_row(f, h2, N);
+		for (int i = 0; i < N; i++) {
+			if ((i & 0x7C00) == 0x7C00 && (i & 0x3FF))
+				continue; /* NaN payloads */
+			ck_assert_float_eq(f[i], pg_f16_to_f32(h[i]));
+			ck_assert_msg(h2[i] == h[i], "%s: half %04x -> %04x", all_isas[ii], i, h2[i]);
+		}
+		/* random floats, including ties, round like the scalar code */
+		for (int i = 0; i < N; i++) {
+			uint32_t bits = rnd() << 1 ^ rnd();
+			if (i % 4 == 0)
+				bits = (bits & 0xFFFFE000u) | 0x1000u; /* exact half-way */
+			memcpy(&g[i], &bits, 4);
+			if (isnan(g[i]))
+				g[i] = 1.0f;
+		}
+		pg_f32_to_f16_row(g, h2, N);
+		for (int i = 0; i < N; i++)
+			ck_assert_msg(h2[i] == pg_f32_to_f16(g[i]), "%s: %a -> %04x, scalar %04x", all_isas[ii],
+				      (double)g[i], h2[i], pg_f32_to_f16(g[i]));
+	}
+	for (int i = 0; i < N; i++) {
+		if ((i & 0x7F80) == 0x7F80 && (i & 0x7F))
+			continue;
+		ck_assert_uint_eq(pg_f32_to_bf16(pg_bf16_to_f32((pg_bf16)i)), (pg_bf16)i);
+	}
+	ck_assert_uint_eq(pg_f32_to_bf16(1.00390625f), 0x3F80); /* tie to even, down */
+	ck_assert_uint_eq(pg_f32_to_bf16(1.01171875f), 0x3F82); /* tie to even, up */
+	free(h);
+	free(h2);
+	free(f);
+	free(g);
+	restore_isa();
+}
+END_TEST
+
+struct pool_probe {
+	_Atomic int calls[64];
+	_Atomic int nth_seen;
+};
+
+static void probe_fn(void *arg, int ith, int nth)
+{
+	struct pool_probe *p = arg;
+	atomic_fetch_add(&p->calls[ith], 1);
+	atomic_store(&p->nth_seen, nth);
+}
+
+START_TEST(test_pool)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int maxn = (int)(ncpu + 2 < 8 ? 8 : ncpu + 2);
+	for (int n = 1; n <= maxn; n++) {
+		struct pg_pool *p = pg_pool_create(n);
+		ck_assert_ptr_nonnull(p);
+		ck_assert_int_eq(pg_pool_size(p), n);
+		struct pool_probe pr;
+		memset(&pr, 0, sizeof(pr));
+		const int reps = 300;
+		for (int r = 0; r < reps; r++) {
+			pg_pool_run(p, probe_fn, &pr);
+			if (r == reps / 2) {
+				/* let the workers fall asleep on the futex, then wake them */
+				struct timespec ts = { 0, 30 * 1000 * 1000 };
+				nanosleep(&ts, NULL);
+			}
+		}
+		for (int i = 0; i < n; i++)
+			ck_assert_int_eq(atomic_load(&pr.calls[i]), reps);
+		ck_assert_int_eq(atomic_load(&pr.calls[n]), 0);
+		ck_assert_int_eq(atomic_load(&pr.nth_seen), n);
+		pg_pool_destroy(p);
+	}
+	struct pg_pool *d = pg_pool_create(0);
+	ck_assert_int_eq(pg_pool_size(d), (int)ncpu);
+	pg_pool_destroy(d);
+	struct pool_probe pr;
+	memset(&pr, 0, sizeof(pr));
+	pg_pool_run(NULL, probe_fn, &pr);
+	ck_assert_int_eq(atomic_load(&pr.calls[0]), 1);
+}
+END_TEST
+
+START_TEST(test_elementwise)
+{
+	save_isa();
+	const int64_t sizes[] = { 1, 7, 16, 37, 100, 4096 };
+	float *x = malloc(sizeof(float) * 4096 * 4), *y = x + 4096, *w = y + 4096, *u = w + 4096;
+	for (size_t ii = 0; ii < 3; ii++) {
+		if (!pg_cpu_set_isa(all_isas[ii]))
+			continue;
+		for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+			const int64_t n = sizes[si];
+			fill(x, n, 4.0f);
+			fill(w, n, 1.0f);
+			fill(u, n, 2.0f);
+			/* rmsnorm */
+			double ss = 0;
+			for (int64_t i = 0; i < n; i++)
+				ss += (double)x[i] * x[i];
+			const double sc = 1.0 / sqrt(ss / n + 1e-5);
+			pg_rmsnorm(y, x, w, n, 1e-5f);
+			for (int64_t i = 0; i < n; i++)
+				ck_assert_msg(fabs(y[i] - x[i] * sc * w[i]) <= 1e-5 * fabs(x[i] * sc * w[i]) + 1e-7, "rmsnorm");
+			pg_rmsnorm(y, x, NULL, n, 1e-5f);
+			for (int64_t i = 0; i < n; i++)
+				ck_assert(fabs(y[i] - x[i] * sc) <= 1e-5 * fabs(x[i] * sc) + 1e-7);
+			/* swiglu */
+			pg_swiglu(y, x, u, n);
+			for (int64_t i = 0; i < n; i++) {
+				const double e = x[i] / (1.0 + exp(-(double)x[i])) * u[i];
+				ck_assert_msg(fabs(y[i] - e) <= 2e-6 * fabs(e) + 1e-7, "%s swiglu %g vs %g", all_isas[ii], y[i], e);
+			}
+			/* softmax, with a wide range so exp underflows for some */
+			for (int64_t i = 0; i < n; i++)
+				x[i] *= 10.0f;
+			double mx = -INFINITY, se = 0;
+			for (int64_t i = 0; i < n; i++)
+				mx = fmax(mx, x[i]);
+			for (int64_t i = 0; i < n; i++)
+				se += exp((double)x[i] - mx);
+			memcpy(y, x, sizeof(float) * n);
+			pg_softmax(y, n);
+			double tot = 0;
+			for (int64_t i = 0; i < n; i++) {
+				const double e = exp((double)x[i] - mx) / se;
+				ck_assert_msg(fabs(y[i] - e) <= 1e-5 * e + 1e-9, "%s softmax %g vs %g", all_isas[ii], y[i], e);
+				tot += y[i];
+			}
+			ck_assert(fabs(tot - 1.0) < 1e-5);
+			/* f16 dot */
+			pg_f16 *a = malloc(sizeof(pg_f16) * n), *b = malloc(sizeof(pg_f16) * n);
+			pg_f32_to_f16_row(u, a, n);
+			pg_f32_to_f16_row(w, b, n);
+			double d = 0, mag = 0;
+			for (int64_t i = 0; i < n; i++) {
+				d += (double)pg_f16_to_f32(a[i]) * pg_f16_to_f32(b[i]);
+				mag += fabs((double)pg_f16_to_f32(a[i]) * pg_f16_to_f32(b[i]));
+			}
+			ck_assert_msg(fabs(pg_dot_f16(a, b, n) - d) <= 1e-5 * mag + 1e-7, "%s dot_f16", all_isas[ii]);
+			free(a);
+			free(b);
+		}
+	}
+	free(x);
+	restore_isa();
+}
+END_TEST
+
+START_TEST(test_isa_select)
+{
+	save_isa();
+	ck_assert(pg_cpu_set_isa("scalar"));
+	ck_assert_str_eq(pg_cpu_isa(), "scalar");
+	ck_assert(!pg_cpu_set_isa("sse9"));
+	ck_assert(!pg_cpu_set_isa(NULL));
+	ck_assert(pg_cpu_set_isa(saved_isa));
+	ck_assert_str_eq(pg_cpu_isa(), saved_isa);
+	ck_assert(pg_type_supported(PG_TYPE_Q4_K));
+	ck_assert(!pg_type_supported(PG_TYPE_Q8_K));
+	ck_assert(!pg_type_supported(PG_TYPE_I32));
+	ck_assert_uint_eq(pg_vec_dot_type(PG_TYPE_Q5_1), PG_TYPE_Q8_1);
+	ck_assert_uint_eq(pg_vec_dot_type(PG_TYPE_Q6_K), PG_TYPE_Q8_K);
+	ck_assert_uint_eq(pg_vec_dot_type(PG_TYPE_Q5_0), PG_TYPE_Q8_0);
+	fprintf(stderr, "kernels: ISA %s\n", saved_isa);
+}
+END_TEST
+
+static Suite *kernels_suite(void)
+{
+	Suite *s = suite_create("kernels");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_isa_select);
+	tcase_add_loop_test(tc, test_matmul_types, 0, NTYPES);
+	tcase_add_loop_test(tc, test_matmul_batch_equals_rows, 0, NTYPES);
+	tcase_add_test(tc, test_act_quant_exact_across_isas);
+	tcase_add_test(tc, test_quant_roundtrip);
+	tcase_add_test(tc, test_quant_known_values);
+	tcase_add_test(tc, test_f16_bf16_roundtrip);
+	tcase_add_test(tc, test_pool);
+	tcase_add_test(tc, test_elementwise);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(kernels_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,249 @@
+/* tests/unit/test_kv.c — the block manager: allocation, sharing through the
+ * prefix cache, hash chaining, LRU eviction order, reference counts, and a
+ * pool that is whole again after everything is released. */
+#include "daemon/kv/kv.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BS 4
+
+static struct kv_pool pool;
+
+static void setup(void)
+{
+	char err[256];
+	ck_assert_int_eq(kv_pool_init(&pool, 8, BS, 2, 8, true, err, sizeof err), 0);
+}
+
+static void teardown(void)
+{
+	kv_pool_free(&pool);
+}
+
+static void check_whole(void)
+{
+	int64_t refs = 0;
+	for (int64_t b = 0; b < pool.n_blocks; b++) {
+		ck_assert_int_ge(pool.meta[b].refcnt, 0);
+		refs += pool.meta[b].refcnt;
+	}
+	ck_assert_int_eq(refs, 0);
+	ck_assert_int_eq(kv_used(&pool), 0);
+	ck_assert_int_eq(pool.n_free + pool.n_cached, pool.n_blocks);
+}
+
+static void tokens(int32_t *t, int n, int base)
+{
+	for (int i = 0; i < n; i++)
+		t[i] = base + i;
+}
+
+START_TEST(test_alloc_release)
+{
+	struct kv_seq s = { 0 };
+	ck_assert_int_eq(kv_seq_reserve(&pool, &s, 1), 0);
+	ck_assert_int_eq(s.n_blocks, 1);
+	ck_assert_int_eq(kv_seq_reserve(&pool, &s, BS), 0);
+	ck_assert_int_eq(s.n_blocks, 1);
+	ck_assert_int_eq(kv_seq_reserve(&pool, &s, BS + 1), 0);
+	ck_assert_int_eq(s.n_blocks, 2);
+	ck_assert_int_eq(kv_used(&pool), 2);
+	/* distinct blocks, distinct memory */
+	ck_assert_int_ne(s.blocks[0], s.blocks[1]);
+	ck_assert_ptr_ne(kv_k_row(&pool, &s, 0, 0), kv_k_row(&pool, &s, 0, BS));
+	ck_assert_ptr_ne(kv_k_row(&pool, &s, 0, 0), kv_k_row(&pool, &s, 1, 0));
+	/* more than the pool: refused, nothing taken */
+	struct kv_seq big = { 0 };
+	ck_assert_int_eq(kv_seq_reserve(&pool, &big, 7 * BS), -ENOSPC);
+	ck_assert_int_eq(big.n_blocks, 0);
+	ck_assert_int_eq(kv_seq_reserve(&pool, &big, 6 * BS), 0);
+	ck_assert_int_eq(kv_available(&pool), 0);
+	kv_seq_release(&pool, &s);
+	kv_seq_release(&pool, &big);
+	check_whole();
+}
+END_TEST
+
+START_TEST(test_prefix_sharing)
+{
+	int32_t t[3 * BS + 1];
+	tokens(t, 3 * BS + 1, 100);
+	struct kv_seq a = { 0 }, b = { 0 };
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &a, t, 3 * BS + 1), 0);
+	ck_assert_int_eq(kv_seq_reserve(&pool, &a, 3 * BS + 1), 0);
+	kv_seq_commit(&pool, &a, t, 3 * BS + 1);
+	/* b shares the three full blocks, not the partial fourth */
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &b, t, 3 * BS + 1), 3 * BS);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(b.blocks[i], a.blocks[i]);
+		ck_assert_int_eq(pool.meta[a.blocks[i]].refcnt, 2);
+	}
+	/* at least one token is always left to compute */
+	struct kv_seq c = { 0 };
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &c, t, 3 * BS), 2 * BS);
+	/* b's new block is its own: shared blocks are never handed out again */
+	ck_assert_int_eq(kv_seq_reserve(&pool, &b, 3 * BS + 1), 0);
+	ck_assert_int_ne(b.blocks[3], a.blocks[3]);
+	ck_assert_int_eq(pool.meta[b.blocks[3]].refcnt, 1);
+	kv_seq_release(&pool, &a);
+	kv_seq_release(&pool, &b);
+	kv_seq_release(&pool, &c);
+	check_whole();
+	/* released full blocks stay cached */
+	ck_assert_int_eq(pool.n_cached, 3);
+	struct kv_seq d = { 0 };
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &d, t, 3 * BS + 1), 3 * BS);
+	ck_assert_int_eq(pool.n_cached, 0);
+	kv_seq_release(&pool, &d);
+	check_whole();
+}
+END_TEST
+
+START_TEST(test_chained_hash)
+{
+	/* same second block, different first block: no match past block 0 */
+	int32_t x[2 * BS + 1], y[2 * BS + 1];
+	tokens(x, 2 * BS + 1, 10);
+	tokens(y, 2 * BS + 1, 10);
+	y[0] = 999;
+	struct kv_seq a = { 0 }, b = { 0 };
+	kv_seq_reserve(&pool, &a, 2 * BS + 1);
+	kv_seq_commit(&pool, &a, x, 2 * BS + 1);
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &b, y, 2 * BS + 1), 0);
+	kv_seq_release(&pool, &b);
+	/* a different last token in a block: that block does not match */
+	int32_t z[2 * BS + 1];
+	memcpy(z, x, sizeof z);
+	z[2 * BS - 1] = 7;
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &b, z, 2 * BS + 1), BS);
+	kv_seq_release(&pool, &a);
+	kv_seq_release(&pool, &b);
+	check_whole();
+}
+END_TEST
+
+START_TEST(test_lru_eviction)
+{
+	/* cache three single-block prefixes, released in order A, B, C */
+	int32_t p[3][BS + 1];
+	struct kv_seq s[3] = { { 0 } };
+	for (int i = 0; i < 3; i++) {
+		tokens(p[i], BS + 1, 1000 * (i + 1));
+		kv_seq_reserve(&pool, &s[i], BS + 1);
+		kv_seq_commit(&pool, &s[i], p[i], BS + 1);
+	}
+	int32_t first_block[3];
+	for (int i = 0; i < 3; i++) {
+		first_block[i] = s[i].blocks[0];
+		kv_seq_release(&pool, &s[i]);
+	}
+	ck_assert_int_eq(pool.n_cached, 3);
+	/* touch A again: it becomes the most recently released */
+	struct kv_seq t = { 0 };
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &t, p[0], BS + 1), BS);
+	kv_seq_release(&pool, &t);
+	/* take every free block, then one more: B (oldest) is evicted first */
+	struct kv_seq hog = { 0 };
+	ck_assert_int_eq(kv_seq_reserve(&pool, &hog, (int)pool.n_free * BS), 0);
+	struct kv_seq one = { 0 };
+	ck_assert_int_eq(kv_seq_reserve(&pool, &one, 1), 0);
+	ck_assert_int_eq(one.blocks[0], first_block[1]);
+	ck_assert_int_eq(pool.evictions, 1);
+	struct kv_seq q = { 0 };
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &q, p[1], BS + 1), 0);
+	kv_seq_release(&pool, &q);
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &q, p[0], BS + 1), BS);
+	struct kv_seq c = { 0 };
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &c, p[2], BS + 1), BS);
+	ck_assert_int_eq(c.blocks[0], first_block[2]);
+	kv_seq_release(&pool, &c);
+	kv_seq_release(&pool, &q);
+	kv_seq_release(&pool, &one);
+	kv_seq_release(&pool, &hog);
+	check_whole();
+}
+END_TEST
+
+START_TEST(test_drop_cache_and_no_prefix)
+{
+	int32_t t[2 * BS + 1];
+	tokens(t, 2 * BS + 1, 5);
+	struct kv_seq a = { 0 };
+	kv_seq_reserve(&pool, &a, 2 * BS + 1);
+	kv_seq_commit(&pool, &a, t, 2 * BS + 1);
+	kv_seq_release(&pool, &a);
+	ck_assert_int_eq(pool.n_cached, 2);
+	kv_drop_cache(&pool);
+	ck_assert_int_eq(pool.n_cached, 0);
+	ck_assert_int_eq(pool.n_free, pool.n_blocks);
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &a, t, 2 * BS + 1), 0);
+	kv_seq_release(&pool, &a);
+
+	struct kv_pool off;
+	char err[128];
+	ck_assert_int_eq(kv_pool_init(&off, 4, BS, 1, 4, false, err, sizeof err), 0);
+	kv_seq_reserve(&off, &a, 2 * BS + 1);
+	kv_seq_commit(&off, &a, t, 2 * BS + 1);
+	kv_seq_release(&off, &a);
+	ck_assert_int_eq(off.n_cached, 0);
+	ck_assert_int_eq(kv_seq_match_prefix(&off, &a, t, 2 * BS + 1), 0);
+	kv_seq_release(&off, &a);
+	kv_pool_free(&off);
+	check_whole();
+}
+END_TEST
+
+/* Random churn: refcounts never negative, and the pool is whole after. */
+START_TEST(test_churn)
+{
+	struct kv_seq s[6] = { { 0 } };
+	int32_t t[6][6 * BS];
+	srand(7);
+	for (int round = 0; round < 2000; round++) {
+		int i = rand() % 6;
+		if (s[i].n_blocks && rand() % 3 == 0) {
+			kv_seq_release(&pool, &s[i]);
+			continue;
+		}
+		if (!s[i].n_blocks) {
+			int shared = rand() % 3; /* a few common prefixes */
+			for (int j = 0; j < 6 * BS; j++)
+				t[i][j] = j < 2 * BS ? shared * 100 + j : rand() % 50;
+			kv_seq_match_prefix(&pool, &s[i], t[i], 6 * BS);
+		}
+		int want = s[i].n_blocks * BS + 1 + rand() % (2 * BS);
+		if (want > 6 * BS)
+			want = 6 * BS;
+		if (kv_seq_reserve(&pool, &s[i], want) == 0)
+			kv_seq_commit(&pool, &s[i], t[i], want);
+		for (int64_t b = 0; b < pool.n_blocks; b++)
+			ck_assert_int_ge(pool.meta[b].refcnt, 0);
+		ck_assert_int_eq(kv_used(&pool) + kv_available(&pool), pool.n_blocks);
+	}
+	for (int i = 0; i < 6; i++)
+		kv_seq_release(&pool, &s[i]);
+	check_whole();
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("kv");
+	TCase *tc = tcase_create("blocks");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_alloc_release);
+	tcase_add_test(tc, test_prefix_sharing);
+	tcase_add_test(tc, test_chained_hash);
+	tcase_add_test(tc, test_lru_eviction);
+	tcase_add_test(tc, test_drop_cache_and_no_prefix);
+	tcase_add_test(tc, test_churn);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
