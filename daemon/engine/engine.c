@@ -6,6 +6,7 @@
  * engine_step, which owns the running set, the KV pool and the model.
  */
 #include "daemon/engine/engine.h"
+#include "daemon/engine/probes.h"
 #include "daemon/engine/sampler.h"
 #include "daemon/engine/stopper.h"
 #include "daemon/kv/kv.h"
@@ -26,6 +27,8 @@
 
 struct seq {
 	struct engine_req *req;
+	uint64_t uid;      /* unique per engine request, for the probes */
+	uint64_t t_last_ns; /* last token emitted */
 	int32_t *tokens; /* prompt, then generated */
 	int n_tokens, n_computed, n_gen, max_tokens;
 	uint64_t admit_order;
@@ -57,6 +60,7 @@ struct engine {
 	int n_running;
 	struct seq *wait_head, *wait_tail;
 	uint64_t admit_counter;
+	uint64_t uid_counter; /* under lock */
 	int32_t *b_tokens, *b_pos;
 	int *b_seq;
 	bool *b_want;
@@ -235,6 +239,7 @@ int engine_submit(struct engine *e, struct engine_req *r)
 		seq_free(s);
 		return refuse(r, ENGINE_ERR_DRAINING, "the daemon is draining and accepts no new requests");
 	}
+	s->uid = ++e->uid_counter;
 	if (e->in_tail)
 		e->in_tail->next = s;
 	else
@@ -243,6 +248,7 @@ int engine_submit(struct engine *e, struct engine_req *r)
 	e->stats.requests_submitted++;
 	e->stats.waiting++;
 	pthread_mutex_unlock(&e->lock);
+	PROBE_SUBMIT(s->uid, r->id, r->n_prompt);
 	engine_wake(e);
 	return 0;
 }
@@ -286,6 +292,7 @@ static void finish(struct engine *e, struct seq *s, enum finish_reason why, int 
 	kv_seq_release(&e->kv, &s->kv);
 	r->timings.t_done_ns = now_ns();
 	r->timings.n_gen = s->n_gen;
+	PROBE_DONE(s->uid, r->id, (int)why, s->n_gen, r->timings.t_done_ns - r->timings.t_submit_ns);
 	pthread_mutex_lock(&e->lock);
 	if (why == FINISH_CANCEL)
 		e->stats.requests_cancelled++;
@@ -397,6 +404,7 @@ static void preempt_latest(struct engine *e)
 	struct seq *s = e->running[victim];
 	remove_running(e, victim);
 	kv_seq_release(&e->kv, &s->kv);
+	PROBE_PREEMPT(s->uid, s->req->id, s->n_computed);
 	s->n_computed = 0;
 	push_wait_front(e, s);
 	pthread_mutex_lock(&e->lock);
@@ -473,6 +481,8 @@ again:
 		if (!s->req->timings.t_admit_ns) {
 			s->req->timings.t_admit_ns = now_ns();
 			s->req->timings.n_cached = cached < s->req->n_prompt ? cached : s->req->n_prompt;
+			PROBE_ADMIT(s->uid, s->req->id, s->req->timings.t_admit_ns - s->req->timings.t_submit_ns,
+				    s->req->timings.n_cached);
 			pthread_mutex_lock(&e->lock);
 			e->stats.prompt_tokens += s->req->n_prompt;
 			e->stats.cached_prompt_tokens += s->req->timings.n_cached;
@@ -487,8 +497,13 @@ again:
 static void emit(struct engine *e, struct seq *s, int32_t tok)
 {
 	struct engine_req *r = s->req;
-	if (!r->timings.t_first_ns)
-		r->timings.t_first_ns = now_ns();
+	uint64_t now = now_ns();
+	if (!r->timings.t_first_ns) {
+		r->timings.t_first_ns = now;
+		PROBE_FIRST(s->uid, r->id, now - r->timings.t_submit_ns);
+	}
+	PROBE_TOKEN(s->uid, r->id, tok, s->t_last_ns ? now - s->t_last_ns : 0);
+	s->t_last_ns = now;
 	s->tokens[s->n_tokens++] = tok;
 	s->n_gen++;
 	char piece[256], out[512];
@@ -596,6 +611,7 @@ int engine_step(struct engine *e)
 	struct plan p;
 	schedule(e, &p);
 	if (p.n_tok > 0) {
+		uint64_t t0 = now_ns();
 		struct fwd_batch b = {
 			.n = p.n_tok, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq,
 			.want = e->b_want, .seqs = e->b_seqs, .logits = e->logits,
@@ -606,6 +622,7 @@ int engine_step(struct engine *e)
 			fail_batch(e, &p, r);
 		else
 			after_forward(e, &p);
+		PROBE_STEP(p.n_tok, p.n_slots, now_ns() - t0);
 	}
 	update_stats(e, &p);
 	pthread_mutex_lock(&e->lock);

@@ -1,0 +1,27 @@
+/* daemon/engine/probes.h — USDT probes (provider "pagoda") in the step
+ * loop. Each is a nop until a tracer (bpftrace, pagoda-trace) attaches.
+ * Times are CLOCK_MONOTONIC nanoseconds; uid is unique per engine request,
+ * id is the caller's request id.
+ *
+ *   request__submit(uid, id, n_prompt)
+ *   request__admit(uid, id, queued_ns, n_cached)
+ *   request__first_token(uid, id, ttft_ns)
+ *   request__token(uid, id, token, itl_ns)
+ *   request__done(uid, id, reason, n_gen, total_ns)
+ *   request__preempt(uid, id, n_tokens)
+ *   step(n_tokens, n_seqs, step_ns)
+ */
+#ifndef PAGODA_PROBES_H
+#define PAGODA_PROBES_H
+
+#include <sys/sdt.h>
+
+#define PROBE_SUBMIT(uid, id, n) DTRACE_PROBE3(pagoda, request__submit, uid, id, n)
+#define PROBE_ADMIT(uid, id, q, c) DTRACE_PROBE4(pagoda, request__admit, uid, id, q, c)
+#define PROBE_FIRST(uid, id, t) DTRACE_PROBE3(pagoda, request__first_token, uid, id, t)
+#define PROBE_TOKEN(uid, id, tok, itl) DTRACE_PROBE4(pagoda, request__token, uid, id, tok, itl)
+#define PROBE_DONE(uid, id, why, n, t) DTRACE_PROBE5(pagoda, request__done, uid, id, why, n, t)
+#define PROBE_PREEMPT(uid, id, n) DTRACE_PROBE3(pagoda, request__preempt, uid, id, n)
+#define PROBE_STEP(n, s, t) DTRACE_PROBE3(pagoda, step, n, s, t)
+
+#endif

@@ -1,0 +1,24 @@
+#!/bin/sh
+# The USDT probes fire and bpf/requests.bt reads them: a real bpftrace on a
+# real run of the engine, one line per finished request.
+. "$(dirname "$0")/lib.sh"
+if [ "$(id -u)" != 0 ] || ! command -v bpftrace >/dev/null; then
+	echo "SKIP: needs root and bpftrace" >&2
+	exit 77
+fi
+need_testdata models/stories260K.gguf
+out=$(mktemp)
+bpftrace bpf/requests.bt "$(cd "$B" && pwd)/pagoda" > "$out" 2>&1 &
+bt=$!
+i=0
+until grep -q "^uid" "$out" || [ $i -ge 300 ]; do sleep 0.1; i=$((i + 1)); done
+"$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Once upon a time" -n 7 --temp 0 >/dev/null 2>&1
+"$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Lily and Ben" -n 9 --temp 0 >/dev/null 2>&1
+sleep 1
+kill -INT $bt
+wait $bt 2>/dev/null
+if grep -Eq "^1 +1 +[0-9]+ +[0-9]+ +7 +[0-9]+ length" "$out"; then ok; else bad "no line for the 7-token request"; fi
+if grep -Eq "^1 +1 +[0-9]+ +[0-9]+ +9 +[0-9]+ length" "$out"; then ok; else bad "no line for the 9-token request"; fi
+[ "$fails" -eq 0 ] || cat "$out" >&2
+rm -f "$out"
+finish
