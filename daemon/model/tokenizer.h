@@ -1,0 +1,200 @@
+/* daemon/model/tokenizer.h — tokenizer read from a GGUF file.
+ *
+ * Reproduces llama.cpp's tokenization: SentencePiece-style vocabularies
+ * (tokenizer.ggml.model = "llama": scores, bigram merges, <0xNN> byte
+ * fallback, add_space_prefix) and byte-level BPE ("gpt2": merges ranked by
+ * tokenizer.ggml.merges, the GPT-2 byte<->unicode map, the pre-tokenizer
+ * named by tokenizer.ggml.pre). Special / added tokens (CONTROL,
+ * USER_DEFINED, UNKNOWN) are split out of the text first, as llama.cpp does.
+ *
+ * tok_load copies everything it needs: the gguf_file may be closed as soon
+ * as tok_load returns. A loaded tokenizer is immutable: every function below
+ * taking a const struct tokenizer * may be called from several threads at
+ * once. Errors are returned, never printed.
+ */
+#ifndef PAGODA_TOKENIZER_H
+#define PAGODA_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gguf_file;
+struct tokenizer;
+
+/* Returned by tok_encode on bad arguments or allocation failure. Any other
+ * negative value -n from tok_encode / tok_decode means "n needed". */
+#define TOK_ERR (-2147483647 - 1)
+
+/* Load the tokenizer of f. Returns 0, or a negative value with a message in
+ * err (errlen bytes, may be 0) for a missing or malformed vocabulary, an
+ * unknown tokenizer model or an unknown tokenizer.ggml.pre. */
+int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_t errlen);
+void tok_free(struct tokenizer *t);
+
+int tok_n_vocab(const struct tokenizer *t);
+int32_t tok_bos(const struct tokenizer *t); /* -1 if none */
+int32_t tok_eos(const struct tokenizer *t); /* -1 if none */
+int32_t tok_eot(const struct tokenizer *t); /* -1 if none */
+/* tokenizer.ggml.add_bos_token, else llama.cpp's default for the model type
+ * (SPM: true; BPE: true for the llama3 family, tekken, chameleon). */
+bool tok_add_bos(const struct tokenizer *t);
+bool tok_add_eos(const struct tokenizer *t);
+/* End of generation, as llama.cpp's set: EOS, EOT, EOM, FIM pad/rep/sep and
+ * the tokens llama.cpp recognises by text (<|eot_id|>, <|im_end|>, ...). */
+bool tok_is_eog(const struct tokenizer *t, int32_t id);
+/* Control / unknown token (its piece is "" unless special is asked for). */
+bool tok_is_control(const struct tokenizer *t, int32_t id);
+/* "llama" (SPM) or "gpt2" (BPE), and the pre-tokenizer name ("" for SPM). */
+const char *tok_model_name(const struct tokenizer *t);
+const char *tok_pre_name(const struct tokenizer *t);
+
+/* Encode len bytes of text (any bytes: NULs and invalid UTF-8 are text).
+ * Returns the number of ids written to out (at most max), TOK_ERR on bad
+ * arguments / no memory, or -(needed) when the result would not fit in max:
+ * nothing useful is in out then; retry with max >= needed.
+ * parse_special: the text of control / unknown tokens becomes those tokens
+ * (llama.cpp's parse_special); user-defined tokens are always matched.
+ * add_bos: prepend BOS (if the vocabulary has one) and append EOS when the
+ * model says add_eos; pass tok_add_bos(t) to follow the model. */
+int tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_bos,
+               bool parse_special, int32_t *out, int max);
+
+/* The bytes token id stands for (SPM: U+2581 -> space, <0xNN> -> that byte;
+ * BPE: GPT-2 byte-level mapping reversed). Control and unknown tokens give ""
+ * unless special is true. Returns the piece length, which may exceed cap:
+ * then the first cap bytes are copied. Negative on a bad id. No NUL added. */
+int tok_piece(const struct tokenizer *t, int32_t id, bool special, char *buf, int cap);
+
+/* The longest piece of any token, in bytes. */
+int tok_max_piece(const struct tokenizer *t);
+
+/* Full detokenization: the exact inverse of tok_encode. As llama.cpp's
+ * llama_detokenize(remove_special=false, unparse_special=false), except
+ * that the "clean-up of tokenization spaces" some BPE vocabularies ask for
+ * is not applied: decode(encode(s)) == s, and decode agrees with the
+ * streamed text. Control tokens give "", with add_space_prefix the first
+ * token's leading space is dropped. Returns the length, -(needed) when cap
+ * is too small (buf then holds garbage), TOK_ERR on a bad id or bad
+ * arguments. No NUL added. */
+int tok_decode(const struct tokenizer *t, const int32_t *ids, int n, char *buf, int cap);
+
+/* Streaming detokenization of generated ids: emits only complete UTF-8
+ * characters, holding back a trailing partial sequence (at most 3 bytes)
+ * until it completes; bytes that can never form a valid character are
+ * emitted as they are. The concatenated output of tok_stream_push over ids
+ * G followed by tok_stream_flush equals the concatenation of their pieces
+ * (special = false), i.e. decode(P + G) with decode(P) cut off the front for
+ * SPM vocabularies and BPE ones without space clean-up. */
+struct tok_stream {
+	char pending[8];
+	int npending;
+};
+void tok_stream_init(struct tok_stream *s);
+/* Returns the bytes written to out, or -(needed) when cap is too small (the
+ * stream is then unchanged; cap >= tok_max_piece(t) + 4 always suffices),
+ * or TOK_ERR for a bad id. */
+int tok_stream_push(const struct tokenizer *t, struct tok_stream *s, int32_t id, char *out, int cap);
+/* Emit what is still held back (an incomplete sequence, as is). Returns the
+ * bytes written (cap >= 4 always suffices; -(needed) otherwise). */
+int tok_stream_flush(struct tok_stream *s, char *out, int cap);
+
+/* Unicode general-category flags used by the pre-tokenizers
+ * (tok_unidata.c). */
+enum {
+	TOK_UF_UNDEFINED = 0x001,
+	TOK_UF_NUMBER = 0x002,
+	TOK_UF_LETTER = 0x004,
+	TOK_UF_SEPARATOR = 0x008,
+	TOK_UF_MARK = 0x010,
+	TOK_UF_PUNCT = 0x020,
+	TOK_UF_SYMBOL = 0x040,
+	TOK_UF_CONTROL = 0x080,
+	TOK_UF_WHITESPACE = 0x100,
+};
+uint16_t tok_unicode_flags(uint32_t cp);
+
+#ifdef TOKENIZER_INTERNAL
+/* ---- internals shared by tokenizer.c and tok_*.c: not an API ---------- */
+enum { TOKP_SPM = 1, TOKP_BPE = 2 };
+enum {
+	TOKA_UNKNOWN = 1 << 0,
+	TOKA_UNUSED = 1 << 1,
+	TOKA_NORMAL = 1 << 2,
+	TOKA_CONTROL = 1 << 3,
+	TOKA_USER_DEFINED = 1 << 4,
+	TOKA_BYTE = 1 << 5,
+	TOKA_LSTRIP = 1 << 7,
+	TOKA_RSTRIP = 1 << 8,
+};
+enum {
+	TOKP_PRE_DEFAULT = 1, TOKP_PRE_LLAMA3, TOKP_PRE_DEEPSEEK_LLM, TOKP_PRE_DEEPSEEK_CODER,
+	TOKP_PRE_DEEPSEEK3, TOKP_PRE_FALCON, TOKP_PRE_GPT2, TOKP_PRE_STARCODER, TOKP_PRE_QWEN2,
+	TOKP_PRE_BLOOM, TOKP_PRE_VIKING, TOKP_PRE_TEKKEN, TOKP_PRE_GPT4O, TOKP_PRE_SEED_CODER,
+	TOKP_PRE_BAILINGMOE, TOKP_PRE_EXAONE_MOE, TOKP_PRE_LAGUNA, TOKP_PRE_JAIS2, TOKP_PRE_MINICPM5,
+};
+#define TOKP_CP_MAP 324 /* GPT-2 byte map code points are < 256 + 68 */
+#define TOKP_MAX_RE 8
+
+struct tokp_entry {
+	uint32_t off, len;   /* text in arena */
+	uint32_t poff, plen; /* piece (special = true) in parena */
+	float score;
+	uint32_t attr;       /* TOKA_* */
+};
+
+struct tokp_merge {
+	uint32_t aoff, alen, boff, blen; /* in marena */
+};
+
+struct tokp_re {
+	int kind;      /* TOKP_SPLIT_* */
+	bool collapsed;
+	void *code;    /* pcre2_code_8 * for TOKP_SPLIT_REGEX */
+};
+enum { TOKP_SPLIT_GPT2 = 1, TOKP_SPLIT_LLAMA3, TOKP_SPLIT_QWEN2, TOKP_SPLIT_NEWLINES, TOKP_SPLIT_REGEX };
+
+struct tokenizer {
+	int type, pre, n_vocab;
+	char model_name[16], pre_name[64];
+	struct tokp_entry *tok;
+	char *arena, *parena;
+	uint32_t *ttab, tmask;     /* text -> id + 1 */
+	struct tokp_merge *merges;
+	char *marena;
+	uint32_t n_merges, *mtab, mmask; /* pair -> merge index + 1 */
+	size_t max_merge_len, max_token_len; /* longest a + b of a merge; longest text */
+	int32_t bos, eos, eot, eom, unk, pad, sep, fim_pad, fim_rep, fim_sep;
+	bool add_bos, add_eos, add_space_prefix, ignore_merges;
+	int32_t *special;
+	int n_special;
+	uint8_t *eog;
+	int32_t byte_tok[256];
+	int16_t cp_to_byte[TOKP_CP_MAP];
+	char byte_enc[256][2]; /* GPT-2 map: UTF-8 of the code point for each byte */
+	uint8_t byte_enc_len[256];
+	int max_piece;
+	struct tokp_re re[TOKP_MAX_RE];
+	int n_re;
+};
+
+struct tokp_ids {
+	int32_t *v;
+	size_t n, cap;
+};
+
+int32_t tokp_find(const struct tokenizer *t, const char *s, size_t n);
+int tokp_merge_rank(const struct tokenizer *t, const char *a, size_t an, const char *b, size_t bn);
+uint32_t tokp_byte_to_cp(uint8_t b);
+int tokp_utf8_len(uint8_t c);
+uint32_t tokp_decode_cp(const uint8_t *s, size_t n, size_t *off);
+int tokp_encode_cp(uint32_t cp, char *out);
+int tokp_reserve(void **p, size_t *cap, size_t need, size_t elem);
+int tokp_push(struct tokp_ids *v, int32_t id);
+int tokp_pre_init(struct tokenizer *t, char *err, size_t errlen);
+void tokp_pre_free(struct tokenizer *t);
+int tokp_spm_encode(const struct tokenizer *t, const char *s, size_t n, struct tokp_ids *out);
+int tokp_bpe_encode(const struct tokenizer *t, const char *s, size_t n, struct tokp_ids *out);
+#endif /* TOKENIZER_INTERNAL */
+
+#endif
