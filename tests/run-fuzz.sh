@@ -8,7 +8,7 @@ for f in "$@"; do
 	mkdir -p "$corpus"
 	# Seeds are made at run time (test data stays outside the repo).
 	[ -x "tests/fuzz/seed-$name.sh" ] && sh "tests/fuzz/seed-$name.sh" "$corpus"
-	if "$f" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 "$corpus" \
+	if "$f" -artifact_prefix="${PAGODA_BUILD:-build}/fuzz/$name-" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 "$corpus" \
 		> "${PAGODA_BUILD:-build}/fuzz/$name.log" 2>&1; then
 		pass=$((pass + 1))
 	else
