@@ -115,8 +115,10 @@ static void rope(const struct model *m, float *x, int n_heads, int pos)
 			int a = hp->rope_kind == ROPE_NORM ? i0 : i0 / 2;
 			int b = hp->rope_kind == ROPE_NORM ? i0 + 1 : i0 / 2 + nd / 2;
 			float x0 = v[a], x1 = v[b];
-			v[a] = x0 * cs[i0] - x1 * cs[i0 + 1];
-			v[b] = x0 * cs[i0 + 1] + x1 * cs[i0];
+			/* ggml's rotate_pairs, as GCC contracts it (-ffp-contract=fast
+			 * with FMA): the first product fused, the second rounded. */
+			v[a] = fmaf(x0, cs[i0], -(x1 * cs[i0 + 1]));
+			v[b] = fmaf(x0, cs[i0 + 1], x1 * cs[i0]);
 		}
 	}
 }

@@ -3,6 +3,8 @@
 
 #include "kernels/cpu/dot_x86.h"
 
+#include <math.h>
+
 /* f32 / f16 / bf16 weights against activations of the same type: f32
  * products, f32 accumulation as ggml's SIMD vec_dot_f16/bf16/f32. */
 ALWAYS_INLINE __m256 ld_f32(const float *p)
@@ -21,6 +23,46 @@ static inline float cv_f32(float v)
 {
 	return v;
 }
+
+/* F32/F16: the summation order of ggml_vec_dot_f32/f16 as llama.cpp's
+ * AVX-512 build runs it (the build the references come from), on 256-bit
+ * halves: four 16-lane accumulators over steps of 64, FMA, reduced as
+ * (a0 + a2) + (a1 + a3), then _mm512_reduce_add_ps's tree (upper 8 lanes
+ * onto lower 8, then hsum_ps's tree); leftovers scalar, in double for f16
+ * and by FMA in float for f32. Identical results to dot_avx512.c. */
+#define VECDOT_TILE(NAME, T, LD, CV, ACC_T, LEFT)                                                      \
+	ALWAYS_INLINE void NAME##_tile(int64_t k, const T *w, const void *x, size_t bx, const int nr,    \
+				       float *s, size_t bs)                                              \
+	{                                                                                                \
+		__m256 a[PG_MAX_NR][8];                                                                  \
+		for (int r = 0; r < nr; r++)                                                             \
+			for (int j = 0; j < 8; j++)                                                      \
+				a[r][j] = _mm256_setzero_ps();                                           \
+		int64_t i = 0;                                                                           \
+		for (; i + 64 <= k; i += 64) {                                                           \
+			for (int j = 0; j < 8; j++) {                                                    \
+				const __m256 wj = LD(w + i + 8 * j);                                     \
+				for (int r = 0; r < nr; r++)                                             \
+					a[r][j] = _mm256_fmadd_ps(wj, LD(XROW(T, x, bx, r) + i + 8 * j), a[r][j]); \
+			}                                                                                \
+		}                                                                                        \
+		for (int r = 0; r < nr; r++) {                                                           \
+			const T *xr = XROW(T, x, bx, r);                                                 \
+			/* accumulator q is a[r][2q] (lanes 0-7) and a[r][2q+1] (8-15) */                \
+			const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[r][0], a[r][4]),                 \
+							_mm256_add_ps(a[r][2], a[r][6]));                \
+			const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[r][1], a[r][5]),                 \
+							_mm256_add_ps(a[r][3], a[r][7]));                \
+			ACC_T t = (ACC_T)hsum_ps(_mm256_add_ps(hi, lo));                                 \
+			for (int64_t j = i; j < k; j++)                                                  \
+				LEFT(t, CV(w[j]), CV(xr[j]));                                            \
+			s[(size_t)r * bs] = (float)t;                                                    \
+		}                                                                                        \
+	}
+#define LEFT_F32(t, a, b) t = fmaf(a, b, t)
+#define LEFT_F64(t, a, b) t += (double)((a) * (b))
+VECDOT_TILE(f32, float, ld_f32, cv_f32, float, LEFT_F32)
+VECDOT_TILE(f16, pg_f16, ld_f16, f16s, double, LEFT_F64)
 
 #define FLOAT_TILE(NAME, T, LD, CV)                                                                    \
 	ALWAYS_INLINE void NAME##_tile(int64_t k, const T *w, const void *x, size_t bx, const int nr,    \
@@ -46,8 +88,6 @@ static inline float cv_f32(float v)
 			s[(size_t)r * bs] = t;                                                           \
 		}                                                                                        \
 	}
-FLOAT_TILE(f32, float, ld_f32, cv_f32)
-FLOAT_TILE(f16, pg_f16, ld_f16, f16s)
 FLOAT_TILE(bf16, pg_bf16, ld_bf16, pg_bf16_to_f32)
 
 #define C_F32(N) f32_tile(k, w, x, bx, N, s, bs)

@@ -10,7 +10,6 @@
 #include "kernels/cpu/dot_x86.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 ALWAYS_INLINE __m512 ld_f32(const float *p)
 {
@@ -67,27 +66,6 @@ static inline float cv_f32(float v)
 VECDOT_TILE(f32, float, ld_f32, cv_f32, float, LEFT_F32)
 VECDOT_TILE(f16, pg_f16, ld_f16, f16s, double, LEFT_F64)
 
-/* llamafile's tinyBLAS<16, __m512> (what ggml runs for two or more
- * activation rows when k % 16 == 0): one accumulator, FMA over k in steps
- * of 16, _mm512_reduce_add_ps at the end. */
-#define GEMM_TILE(NAME, T, LD)                                                                         \
-	ALWAYS_INLINE void NAME##_gtile(int64_t k, const T *w, const void *x, size_t bx, const int nr,   \
-					float *s, size_t bs)                                             \
-	{                                                                                                \
-		__m512 a[PG_MAX_NR];                                                                     \
-		for (int r = 0; r < nr; r++)                                                             \
-			a[r] = _mm512_setzero_ps();                                                      \
-		for (int64_t i = 0; i < k; i += 16) {                                                    \
-			const __m512 w0 = LD(w + i);                                                     \
-			for (int r = 0; r < nr; r++)                                                     \
-				a[r] = _mm512_fmadd_ps(w0, LD(XROW(T, x, bx, r) + i), a[r]);             \
-		}                                                                                        \
-		for (int r = 0; r < nr; r++)                                                             \
-			s[(size_t)r * bs] = _mm512_reduce_add_ps(a[r]);                                  \
-	}
-GEMM_TILE(f32, float, ld_f32)
-GEMM_TILE(f16, pg_f16, ld_f16)
-
 #define FLOAT_TILE(NAME, T, LD, CV)                                                                    \
 	ALWAYS_INLINE void NAME##_tile(int64_t k, const T *w, const void *x, size_t bx, const int nr,    \
 				       float *s, size_t bs)                                              \
@@ -140,27 +118,13 @@ ALWAYS_INLINE void bf16dp_tile(int64_t k, const pg_bf16 *w, const void *x, size_
 #define C_F16(N) f16_tile(k, w, x, bx, N, s, bs)
 #define C_BF16(N) bf16_tile(k, w, x, bx, N, s, bs)
 #define C_BF16DP(N) bf16dp_tile(k, w, x, bx, N, s, bs)
-#define C_F32G(N) f32_gtile(k, w, x, bx, N, s, bs)
-#define C_F16G(N) f16_gtile(k, w, x, bx, N, s, bs)
-X86_GEMV(f32_vd, C_F32)
-X86_GEMV(f16_vd, C_F16)
-X86_GEMV(f32_gm, C_F32G)
-X86_GEMV(f16_gm, C_F16G)
-
-static int gemm_order(int64_t k)
-{
-	static int mode = -1;
-	if (mode < 0) { const char *e = getenv("PG_FORDER"); mode = e ? atoi(e) : 0; }
-	return mode == 1 && k % 16 == 0;
-}
-static void gemv_f32(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs)
-{
-	if (gemm_order(k)) gemv_f32_gm(k, w, x, bx, nr, s, bs); else gemv_f32_vd(k, w, x, bx, nr, s, bs);
-}
-static void gemv_f16(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs)
-{
-	if (gemm_order(k)) gemv_f16_gm(k, w, x, bx, nr, s, bs); else gemv_f16_vd(k, w, x, bx, nr, s, bs);
-}
+/* One order for every m (pg_matmul is batch invariant): ggml's vec_dot,
+ * which is what llama.cpp runs for decode. For two or more activation rows
+ * ggml instead takes llamafile's tinyBLAS<16, __m512> when k % 16 == 0: one
+ * accumulator, FMA over k in steps of 16, one _mm512_reduce_add_ps; that
+ * differs from this in the last bits of prompt rows of F32/F16 weights. */
+X86_GEMV(f32, C_F32)
+X86_GEMV(f16, C_F16)
 X86_GEMV(bf16_cvt, C_BF16)
 X86_GEMV(bf16_dp, C_BF16DP)
 

@@ -481,6 +481,87 @@ START_TEST(test_elementwise)
 }
 END_TEST
 
+/* ggml_vec_dot_f32/f16 as llama.cpp's AVX-512 build sums: 4 accumulators of
+ * 16 lanes over steps of 64 (FMA), (a0+a2)+(a1+a3), then the halving tree of
+ * _mm512_reduce_add_ps; leftovers by FMA in float (f32) or in double (f16).
+ * The SIMD ISAs must reproduce it bit for bit, for any m. */
+static float ggml_avx512_dot(const float *w, const float *x, int64_t k, int f16)
+{
+	float a[4][16] = { { 0 } };
+	int64_t i = 0;
+	for (; i + 64 <= k; i += 64)
+		for (int q = 0; q < 4; q++)
+			for (int l = 0; l < 16; l++)
+				a[q][l] = fmaf(w[i + 16 * q + l], x[i + 16 * q + l], a[q][l]);
+	float h[16], t8[8], t4[4];
+	for (int l = 0; l < 16; l++)
+		h[l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
+	for (int l = 0; l < 8; l++)
+		t8[l] = h[l + 8] + h[l];
+	for (int l = 0; l < 4; l++)
+		t4[l] = t8[l + 4] + t8[l];
+	const float r = (t4[0] + t4[2]) + (t4[1] + t4[3]);
+	if (f16) {
+		double d = r;
+		for (; i < k; i++)
+			d += (double)(w[i] * x[i]);
+		return (float)d;
+	}
+	float f = r;
+	for (; i < k; i++)
+		f = fmaf(w[i], x[i], f);
+	return f;
+}
+
+START_TEST(test_float_dot_order_is_ggml)
+{
+	save_isa();
+	const int64_t n = 7, k = 64 * 5 + 24, m = 3;
+	float *W = malloc(sizeof(float) * n * k), *X = malloc(sizeof(float) * m * k);
+	pg_f16 *W16 = malloc(sizeof(pg_f16) * n * k), *X16 = malloc(sizeof(pg_f16) * m * k);
+	float *Wr = malloc(sizeof(float) * n * k), *Xr = malloc(sizeof(float) * m * k);
+	float Y[7 * 3];
+	for (int64_t i = 0; i < n * k; i++)
+		W[i] = grand();
+	for (int64_t i = 0; i < m * k; i++)
+		X[i] = grand() * 3;
+	for (int f16 = 0; f16 < 2; f16++) {
+		const uint32_t t = f16 ? PG_TYPE_F16 : PG_TYPE_F32;
+		/* what the kernel sees: f16 weights, activations rounded to f16 */
+		for (int64_t i = 0; i < n * k; i++) {
+			W16[i] = pg_f32_to_f16(W[i]);
+			Wr[i] = f16 ? pg_f16_to_f32(W16[i]) : W[i];
+		}
+		for (int64_t i = 0; i < m * k; i++) {
+			X16[i] = pg_f32_to_f16(X[i]);
+			Xr[i] = f16 ? pg_f16_to_f32(X16[i]) : X[i];
+		}
+		for (int a = 1; a < 3; a++) {
+			if (!pg_cpu_set_isa(all_isas[a]))
+				continue;
+			pg_matmul(NULL, f16 ? (const void *)W16 : (const void *)W, t, n, k, X, m, Y, n);
+			for (int64_t r = 0; r < m; r++)
+				for (int64_t j = 0; j < n; j++) {
+					const float want = ggml_avx512_dot(Wr + j * k, Xr + r * k, k, f16);
+					ck_assert_msg(Y[r * n + j] == want, "%s %s row %d col %d: %a != %a", all_isas[a],
+						      f16 ? "f16" : "f32", (int)r, (int)j, Y[r * n + j], want);
+				}
+			if (f16) {
+				const float d = pg_dot_f16(W16, X16, 64);
+				ck_assert(d == ggml_avx512_dot(Wr, Xr, 64, 1));
+			}
+		}
+	}
+	restore_isa();
+	free(W);
+	free(X);
+	free(W16);
+	free(X16);
+	free(Wr);
+	free(Xr);
+}
+END_TEST
+
 START_TEST(test_isa_select)
 {
 	save_isa();
@@ -514,6 +595,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_f16_bf16_roundtrip);
 	tcase_add_test(tc, test_pool);
 	tcase_add_test(tc, test_elementwise);
+	tcase_add_test(tc, test_float_dot_order_is_ggml);
 	suite_add_tcase(s, tc);
 	return s;
 }
