@@ -79,9 +79,20 @@ void fwd_ctx_free(struct fwd_ctx *c)
 	free(c);
 }
 
+/* Below this many multiply-adds a step is cheaper on one thread than the
+ * wake-up and join of the pool (a few microseconds, far more when the
+ * machine is oversubscribed). */
+#define PARALLEL_MIN_WORK (1 << 18)
+
+static struct pg_pool *pool_for(const struct fwd_ctx *c, double work)
+{
+	return work >= PARALLEL_MIN_WORK ? c->pool : NULL;
+}
+
 static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, int n, float *y)
 {
-	pg_matmul(c->pool, w->data, w->type, w->rows, w->cols, x, n, y, w->rows);
+	pg_matmul(pool_for(c, (double)w->rows * w->cols * n), w->data, w->type, w->rows, w->cols, x, n, y,
+		  w->rows);
 }
 
 static void add_bias(float *y, const float *b, int n_tokens, int dim)
@@ -208,7 +219,10 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 		pg_f32_to_f16_row(c->v + (size_t)t * kv_dim, kv_v_row(kv, s, l, b->pos[t]), kv_dim);
 	}
 	struct attn_job job = { m, c, kv, b, l };
-	pg_pool_run(c->pool, attn_worker, &job);
+	double work = 0;
+	for (int t = 0; t < n; t++)
+		work += (double)(b->pos[t] + 1) * q_dim * 2;
+	pg_pool_run(pool_for(c, work), attn_worker, &job);
 	matmul(c, &ly->wo, c->att, n, c->xn);
 	for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
 		c->x[i] += c->xn[i];
