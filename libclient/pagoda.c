@@ -1,0 +1,672 @@
+/* libclient/pagoda.c — libpagoda: connect, submit, stream, cancel, close. */
+#include "libclient/pagoda.h"
+#include "shm/pagoda_shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPIN_ITERS 2000
+#define SLEEP_SLICE_MS 200
+#define FULL_WAIT_MS 1000
+#define NREC 1024 /* live arena allocations */
+
+enum { REC_ALLOC = 1, REC_SUBMITTED, REC_DISCARDED };
+struct arena_rec {
+	uint64_t vstart, vend;
+	uint32_t sq_pos; /* SQ position of the SQE naming it */
+	int state;
+};
+
+struct pagoda {
+	int sock, efd;
+	void *map;
+	size_t map_size;
+	struct pg_shm_hdr lay;
+	struct pg_ring_ctl *sqc, *cqc;
+	struct pg_sqe *sq;
+	const struct pg_cqe *cq;
+	const char *cq_text;
+	char *arena;
+
+	pthread_mutex_t sub_lock; /* SQ producer side and the arena allocator */
+	uint32_t sq_tail;
+	uint64_t next_id;
+	uint64_t a_head, a_tail; /* virtual arena positions */
+	uint64_t rec_head, rec_tail;
+	struct arena_rec rec[NREC];
+
+	pthread_mutex_t con_lock; /* CQ consumer */
+	uint32_t cq_head;
+	bool pending; /* the last returned CQE is released on the next call */
+	char msg[PG_MSG_LEN + 1];
+
+	_Atomic int inflight;
+	_Atomic bool dead;
+};
+
+const char *pagoda_strerror(int err)
+{
+	switch (err) {
+	case PAGODA_OK: return "success";
+	case PAGODA_E_INVAL: return "invalid argument";
+	case PAGODA_E_CONNECT: return "cannot connect to the pagoda daemon";
+	case PAGODA_E_PERM: return "refused by the daemon's access policy";
+	case PAGODA_E_VERSION: return "protocol version mismatch with the daemon";
+	case PAGODA_E_PROTO: return "malformed message from the daemon";
+	case PAGODA_E_DISCONNECTED: return "disconnected from the daemon";
+	case PAGODA_E_TIMEOUT: return "timed out";
+	case PAGODA_E_AGAIN: return "try again";
+	case PAGODA_E_NOMEM: return "out of memory";
+	case PAGODA_E_TOOBIG: return "prompt too large for the shared arena";
+	case PAGODA_E_BUSY: return "too many requests in flight, or busy";
+	case PAGODA_E_CONTEXT: return "request exceeds the model's context";
+	case PAGODA_E_DRAINING: return "the daemon is shutting down and refuses new requests";
+	case PAGODA_E_INVALID_REQ: return "the daemon refused the request as invalid";
+	case PAGODA_E_INTERNAL: return "internal error in the daemon";
+	case PAGODA_E_LIMIT: return "the daemon has too many clients";
+	}
+	return "unknown error";
+}
+
+const char *pagoda_finish_name(int f)
+{
+	switch (f) {
+	case PAGODA_FINISH_EOS: return "eos";
+	case PAGODA_FINISH_LENGTH: return "length";
+	case PAGODA_FINISH_STOP: return "stop";
+	case PAGODA_FINISH_CANCEL: return "cancel";
+	}
+	return "unknown";
+}
+
+static int map_err(uint32_t code)
+{
+	switch (code) {
+	case PG_OK: return PAGODA_OK;
+	case PG_E_PERM: return PAGODA_E_PERM;
+	case PG_E_VERSION: return PAGODA_E_VERSION;
+	case PG_E_INVALID: return PAGODA_E_INVALID_REQ;
+	case PG_E_CONTEXT: return PAGODA_E_CONTEXT;
+	case PG_E_DRAINING: return PAGODA_E_DRAINING;
+	case PG_E_NOMEM: return PAGODA_E_NOMEM;
+	case PG_E_BUSY: return PAGODA_E_BUSY;
+	case PG_E_LIMIT: return PAGODA_E_LIMIT;
+	default: return PAGODA_E_INTERNAL;
+	}
+}
+
+void pagoda_params_init(struct pagoda_params *p)
+{
+	memset(p, 0, sizeof *p);
+	p->max_tokens = 128;
+	p->temp = 0;
+	p->top_k = 0;
+	p->top_p = 1;
+	p->min_p = 0;
+	p->repeat_penalty = 1;
+	p->repeat_last_n = 64;
+	p->seed = 0;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The socket is only ever readable at hang-up (the daemon sends nothing). */
+static bool sock_hup(pagoda_t *pg)
+{
+	if (atomic_load_explicit(&pg->dead, memory_order_relaxed))
+		return true;
+	struct pollfd pfd = { .fd = pg->sock, .events = POLLIN };
+	if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR | POLLIN))) {
+		atomic_store(&pg->dead, true);
+		return true;
+	}
+	return false;
+}
+
+static int default_path(const char *path, char *buf, size_t len)
+{
+	const char *env = getenv("PAGODA_SOCKET");
+	if (path && *path)
+		snprintf(buf, len, "%s", path);
+	else if (env && *env)
+		snprintf(buf, len, "%s", env);
+	else if (access("/run/pagoda/pagoda.sock", F_OK) == 0)
+		snprintf(buf, len, "/run/pagoda/pagoda.sock");
+	else if ((env = getenv("XDG_RUNTIME_DIR")) && *env)
+		snprintf(buf, len, "%s/pagoda.sock", env);
+	else
+		return -1;
+	return 0;
+}
+
+int pagoda_connect(const char *socket_path, pagoda_t **out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[sizeof sa.sun_path + 1];
+	if (!out)
+		return PAGODA_E_INVAL;
+	*out = NULL;
+	if (default_path(socket_path, path, sizeof path) < 0 || strlen(path) >= sizeof sa.sun_path)
+		return PAGODA_E_CONNECT;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+
+	int fds[2] = { -1, -1 }, rc = PAGODA_E_CONNECT;
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return PAGODA_E_CONNECT;
+	if (connect(s, (struct sockaddr *)&sa, sizeof sa) < 0)
+		goto fail;
+	struct timeval tv = { .tv_sec = 10 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	struct pg_hello hello = { .magic = PG_PROTO_MAGIC, .version = PG_PROTO_VERSION };
+	/* A refused peer may find the socket closed already: the refusal is
+	 * still waiting to be read, so a failed send is not the last word. */
+	bool sent = send(s, &hello, sizeof hello, MSG_NOSIGNAL) == (ssize_t)sizeof hello;
+
+	struct pg_welcome w;
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	struct iovec iov = { .iov_base = &w, .iov_len = sizeof w };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+			     .msg_controllen = sizeof cbuf.buf };
+	ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			size_t nf = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < nf; i++) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+				if (i < 2 && fds[i] < 0)
+					fds[i] = fd;
+				else
+					close(fd);
+			}
+		}
+	}
+	rc = n <= 0 ? (sent ? PAGODA_E_DISCONNECTED : PAGODA_E_CONNECT) : PAGODA_E_PROTO;
+	if (n != (ssize_t)sizeof w || w.magic != PG_PROTO_MAGIC || (mh.msg_flags & MSG_CTRUNC))
+		goto fail;
+	if (w.status != PG_OK) {
+		rc = map_err(w.status);
+		goto fail;
+	}
+	if (w.version != PG_PROTO_VERSION || !sent) {
+		rc = PAGODA_E_VERSION;
+		goto fail;
+	}
+	struct stat st;
+	if (fds[0] < 0 || fds[1] < 0 || fstat(fds[0], &st) < 0 || w.shm_size < sizeof(struct pg_shm_hdr) ||
+	    (uint64_t)st.st_size != w.shm_size)
+		goto fail;
+
+	pagoda_t *pg = calloc(1, sizeof *pg);
+	if (!pg) {
+		rc = PAGODA_E_NOMEM;
+		goto fail;
+	}
+	pg->map = mmap(NULL, w.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	if (pg->map == MAP_FAILED) {
+		free(pg);
+		rc = PAGODA_E_NOMEM;
+		goto fail;
+	}
+	close(fds[0]);
+	fds[0] = -1;
+	pg->map_size = w.shm_size;
+	memcpy(&pg->lay, pg->map, sizeof pg->lay);
+	if (!pg_hdr_valid(&pg->lay, w.shm_size)) {
+		munmap(pg->map, pg->map_size);
+		free(pg);
+		rc = PAGODA_E_VERSION;
+		goto fail;
+	}
+	pg->sock = s;
+	pg->efd = fds[1];
+	pg->sqc = PG_AT(pg->map, pg->lay.sq_ctl_off, struct pg_ring_ctl);
+	pg->cqc = PG_AT(pg->map, pg->lay.cq_ctl_off, struct pg_ring_ctl);
+	pg->sq = PG_AT(pg->map, pg->lay.sq_off, struct pg_sqe);
+	pg->cq = PG_AT(pg->map, pg->lay.cq_off, struct pg_cqe);
+	pg->cq_text = PG_AT(pg->map, pg->lay.cq_text_off, char);
+	pg->arena = PG_AT(pg->map, pg->lay.arena_off, char);
+	pg->sq_tail = atomic_load(&pg->sqc->tail);
+	pg->cq_head = atomic_load(&pg->cqc->head);
+	pg->next_id = 1;
+	pthread_mutex_init(&pg->sub_lock, NULL);
+	pthread_mutex_init(&pg->con_lock, NULL);
+	*out = pg;
+	return PAGODA_OK;
+fail:
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	close(s);
+	return rc;
+}
+
+void pagoda_close(pagoda_t *pg)
+{
+	if (!pg)
+		return;
+	close(pg->sock);
+	close(pg->efd);
+	munmap(pg->map, pg->map_size);
+	pthread_mutex_destroy(&pg->sub_lock);
+	pthread_mutex_destroy(&pg->con_lock);
+	free(pg);
+}
+
+int pagoda_n_ctx(const pagoda_t *pg) { return pg->lay.n_ctx; }
+int pagoda_n_vocab(const pagoda_t *pg) { return pg->lay.n_vocab; }
+int pagoda_inflight(const pagoda_t *pg) { return atomic_load(&((pagoda_t *)pg)->inflight); }
+
+/* ---- arena ---------------------------------------------------------------- */
+/* Frees arena records whose SQE the daemon has consumed (called locked). */
+static void arena_reclaim(pagoda_t *pg)
+{
+	uint32_t head = atomic_load_explicit(&pg->sqc->head, memory_order_acquire);
+	while (pg->rec_tail != pg->rec_head) {
+		struct arena_rec *r = &pg->rec[pg->rec_tail % NREC];
+		if (r->state == REC_ALLOC)
+			break;
+		if (r->state == REC_SUBMITTED && (int32_t)(head - r->sq_pos) <= 0)
+			break;
+		pg->a_tail = r->vend;
+		pg->rec_tail++;
+	}
+	if (pg->rec_tail == pg->rec_head)
+		pg->a_tail = pg->a_head;
+}
+
+static int arena_alloc(pagoda_t *pg, size_t n, uint64_t *rec_id, uint32_t *off)
+{
+	uint64_t A = pg->lay.arena_size;
+	n = (n + 7) & ~(size_t)7;
+	if (n == 0)
+		n = 8;
+	if (n > A)
+		return PAGODA_E_TOOBIG;
+	if (pg->rec_head - pg->rec_tail >= NREC)
+		return PAGODA_E_AGAIN;
+	uint64_t start = pg->a_head;
+	if (start % A + n > A)
+		start += A - start % A; /* wrap: the rest of the arena is skipped */
+	if (start + n - pg->a_tail > A)
+		return PAGODA_E_AGAIN;
+	struct arena_rec *r = &pg->rec[pg->rec_head % NREC];
+	r->vstart = start;
+	r->vend = start + n;
+	r->state = REC_ALLOC;
+	*rec_id = pg->rec_head++;
+	pg->a_head = start + n;
+	*off = (uint32_t)(start % A);
+	return 0;
+}
+
+/* Waits (unlocked) a little for the daemon to consume SQEs. */
+static int wait_room(pagoda_t *pg, uint64_t deadline)
+{
+	if (sock_hup(pg))
+		return PAGODA_E_DISCONNECTED;
+	if (now_ms() >= deadline)
+		return PAGODA_E_AGAIN;
+	pthread_mutex_unlock(&pg->sub_lock);
+	struct timespec ts = { 0, 200000 };
+	nanosleep(&ts, NULL);
+	pthread_mutex_lock(&pg->sub_lock);
+	return 0;
+}
+
+static int alloc_locked(pagoda_t *pg, size_t n, uint64_t *rec_id, uint32_t *off)
+{
+	uint64_t deadline = now_ms() + FULL_WAIT_MS;
+	for (;;) {
+		arena_reclaim(pg);
+		int rc = arena_alloc(pg, n, rec_id, off);
+		if (rc != PAGODA_E_AGAIN)
+			return rc;
+		if ((rc = wait_room(pg, deadline)) < 0)
+			return rc;
+	}
+}
+
+int pagoda_prompt_alloc(pagoda_t *pg, size_t cap, struct pagoda_prompt *pr)
+{
+	if (!pg || !pr || cap == 0)
+		return PAGODA_E_INVAL;
+	uint64_t id;
+	uint32_t off;
+	pthread_mutex_lock(&pg->sub_lock);
+	int rc = alloc_locked(pg, cap, &id, &off);
+	pthread_mutex_unlock(&pg->sub_lock);
+	if (rc < 0)
+		return rc;
+	pr->data = pg->arena + off;
+	pr->cap = cap;
+	pr->priv_[0] = off;
+	pr->priv_[1] = id;
+	return 0;
+}
+
+void pagoda_prompt_discard(pagoda_t *pg, struct pagoda_prompt *pr)
+{
+	if (!pg || !pr || !pr->data)
+		return;
+	pthread_mutex_lock(&pg->sub_lock);
+	struct arena_rec *r = &pg->rec[pr->priv_[1] % NREC];
+	if (r->state == REC_ALLOC)
+		r->state = REC_DISCARDED;
+	arena_reclaim(pg);
+	pthread_mutex_unlock(&pg->sub_lock);
+	pr->data = NULL;
+}
+
+/* ---- submission ------------------------------------------------------------ */
+static void wake_daemon(pagoda_t *pg)
+{
+	uint64_t one = 1;
+	ssize_t r = write(pg->efd, &one, sizeof one);
+	(void)r;
+}
+
+/* Pushes *e (locked); rec_id >= 0 marks that arena record submitted. */
+static int sq_push_locked(pagoda_t *pg, struct pg_sqe *e, int64_t rec_id)
+{
+	uint64_t deadline = now_ms() + FULL_WAIT_MS;
+	int rc;
+	if (sock_hup(pg))
+		return PAGODA_E_DISCONNECTED;
+	while (pg_ring_space(pg->sqc, pg->lay.sq_entries, pg->sq_tail) == 0)
+		if ((rc = wait_room(pg, deadline)) < 0)
+			return rc;
+	if (e->req_id == 0)
+		e->req_id = pg->next_id++;
+	memcpy(&pg->sq[pg->sq_tail & (pg->lay.sq_entries - 1)], e, sizeof *e);
+	if (rec_id >= 0) {
+		struct arena_rec *r = &pg->rec[(uint64_t)rec_id % NREC];
+		r->state = REC_SUBMITTED;
+		r->sq_pos = pg->sq_tail;
+	}
+	pg->sq_tail++;
+	pg_ring_publish(pg->sqc, pg->sq_tail);
+	wake_daemon(pg);
+	return 0;
+}
+
+static int fill_params(struct pg_sqe *e, const struct pagoda_params *p)
+{
+	struct pagoda_params def;
+	if (!p) {
+		pagoda_params_init(&def);
+		p = &def;
+	}
+	if (p->max_tokens <= 0 || p->n_stop < 0 || p->n_stop > PAGODA_MAX_STOP)
+		return PAGODA_E_INVAL;
+	e->max_tokens = p->max_tokens;
+	e->temp = p->temp;
+	e->top_k = p->top_k;
+	e->top_p = p->top_p;
+	e->min_p = p->min_p;
+	e->repeat_penalty = p->repeat_penalty;
+	e->repeat_last_n = p->repeat_last_n;
+	e->seed = p->seed;
+	e->n_stop = (uint32_t)p->n_stop;
+	for (int i = 0; i < p->n_stop; i++) {
+		size_t l = p->stop[i] ? strlen(p->stop[i]) : 0;
+		if (l == 0 || l > PG_STOP_LEN)
+			return PAGODA_E_INVAL;
+		e->stop_len[i] = (uint8_t)l;
+		memcpy(e->stop[i], p->stop[i], l);
+	}
+	return 0;
+}
+
+static int submit_rec(pagoda_t *pg, uint64_t rec_id, uint32_t off, size_t len, bool ids,
+		      const struct pagoda_params *p, uint64_t *req_id)
+{
+	struct pg_sqe e;
+	memset(&e, 0, sizeof e);
+	int rc = fill_params(&e, p);
+	if (rc < 0)
+		return rc;
+	e.op = PG_OP_SUBMIT;
+	e.flags = (ids ? PG_SUBMIT_IDS : 0) | (p && (p->flags & PAGODA_CLAMP_MAX_TOKENS) ? PG_SUBMIT_CLAMP : 0);
+	e.prompt_off = off;
+	e.prompt_len = (uint32_t)len;
+	if ((rc = sq_push_locked(pg, &e, (int64_t)rec_id)) < 0)
+		return rc;
+	atomic_fetch_add(&pg->inflight, 1);
+	if (req_id)
+		*req_id = e.req_id;
+	return 0;
+}
+
+int pagoda_prompt_submit(pagoda_t *pg, struct pagoda_prompt *pr, size_t len, bool ids,
+			 const struct pagoda_params *p, uint64_t *req_id)
+{
+	if (!pg || !pr || !pr->data || len == 0 || len > pr->cap || (ids && len % 4))
+		return PAGODA_E_INVAL;
+	pthread_mutex_lock(&pg->sub_lock);
+	int rc = submit_rec(pg, pr->priv_[1], (uint32_t)pr->priv_[0], len, ids, p, req_id);
+	pthread_mutex_unlock(&pg->sub_lock);
+	if (rc == 0)
+		pr->data = NULL;
+	return rc;
+}
+
+static int submit_copy(pagoda_t *pg, const void *src, size_t len, bool ids, const struct pagoda_params *p,
+		       uint64_t *req_id)
+{
+	if (!pg || !src || len == 0)
+		return PAGODA_E_INVAL;
+	if (len > pg->lay.arena_size)
+		return PAGODA_E_TOOBIG;
+	if (p && (p->max_tokens <= 0 || p->n_stop < 0 || p->n_stop > PAGODA_MAX_STOP))
+		return PAGODA_E_INVAL;
+	uint64_t id;
+	uint32_t off;
+	pthread_mutex_lock(&pg->sub_lock);
+	int rc = alloc_locked(pg, len, &id, &off);
+	if (rc == 0) {
+		memcpy(pg->arena + off, src, len);
+		rc = submit_rec(pg, id, off, len, ids, p, req_id);
+		if (rc < 0) {
+			pg->rec[id % NREC].state = REC_DISCARDED;
+			arena_reclaim(pg);
+		}
+	}
+	pthread_mutex_unlock(&pg->sub_lock);
+	return rc;
+}
+
+int pagoda_submit_text(pagoda_t *pg, const char *text, size_t len, const struct pagoda_params *p,
+		       uint64_t *req_id)
+{
+	return submit_copy(pg, text, len, false, p, req_id);
+}
+
+int pagoda_submit_ids(pagoda_t *pg, const int32_t *ids, size_t n, const struct pagoda_params *p,
+		      uint64_t *req_id)
+{
+	if (n > SIZE_MAX / 4)
+		return PAGODA_E_TOOBIG;
+	return submit_copy(pg, ids, n * 4, true, p, req_id);
+}
+
+static int simple_op(pagoda_t *pg, uint32_t op, uint64_t id, uint64_t *req_id)
+{
+	if (!pg)
+		return PAGODA_E_INVAL;
+	struct pg_sqe e;
+	memset(&e, 0, sizeof e);
+	e.op = op;
+	e.req_id = id;
+	pthread_mutex_lock(&pg->sub_lock);
+	int rc = sq_push_locked(pg, &e, -1);
+	pthread_mutex_unlock(&pg->sub_lock);
+	if (rc == 0 && req_id)
+		*req_id = e.req_id;
+	return rc;
+}
+
+int pagoda_cancel(pagoda_t *pg, uint64_t req_id)
+{
+	if (req_id == 0)
+		return PAGODA_E_INVAL;
+	return simple_op(pg, PG_OP_CANCEL, req_id, NULL);
+}
+int pagoda_nop(pagoda_t *pg, uint64_t *req_id) { return simple_op(pg, PG_OP_NOP, 0, req_id); }
+int pagoda_stats(pagoda_t *pg, uint64_t *req_id) { return simple_op(pg, PG_OP_STATS, 0, req_id); }
+
+/* ---- completion ------------------------------------------------------------ */
+static void release_pending(pagoda_t *pg)
+{
+	if (!pg->pending)
+		return;
+	pg->pending = false;
+	pg->cq_head++;
+	pg_ring_release(pg->cqc, pg->cq_head);
+	if (atomic_load_explicit(&pg->cqc->flags, memory_order_acquire) & PG_CQ_OVERFLOW)
+		wake_daemon(pg);
+}
+
+static int parse_cqe(pagoda_t *pg, struct pagoda_event *ev)
+{
+	uint32_t slot = pg->cq_head & (pg->lay.cq_entries - 1);
+	const struct pg_cqe *c = &pg->cq[slot];
+	memset(ev, 0, sizeof *ev);
+	ev->req_id = c->req_id;
+	switch (c->type) {
+	case PG_CQE_TOKEN:
+		ev->type = PAGODA_EV_TOKEN;
+		ev->token = c->u.tok.token;
+		ev->len = c->u.tok.len;
+		if (c->flags & PG_CQE_F_SLOT) {
+			if (ev->len > pg->lay.cq_text_slot)
+				return PAGODA_E_PROTO;
+			ev->text = pg->cq_text + (size_t)slot * pg->lay.cq_text_slot;
+		} else {
+			if (ev->len > PG_CQE_INLINE)
+				return PAGODA_E_PROTO;
+			ev->text = c->u.tok.text;
+		}
+		return 0;
+	case PG_CQE_DONE:
+		ev->type = PAGODA_EV_DONE;
+		ev->finish = (int)c->u.done.finish;
+		ev->timings.t_submit_ns = c->u.done.t_submit_ns;
+		ev->timings.t_admit_ns = c->u.done.t_admit_ns;
+		ev->timings.t_first_ns = c->u.done.t_first_ns;
+		ev->timings.t_done_ns = c->u.done.t_done_ns;
+		ev->timings.n_prompt = c->u.done.n_prompt;
+		ev->timings.n_cached = c->u.done.n_cached;
+		ev->timings.n_gen = c->u.done.n_gen;
+		atomic_fetch_sub(&pg->inflight, 1);
+		return 0;
+	case PG_CQE_ERROR: {
+		ev->type = PAGODA_EV_ERROR;
+		ev->error = map_err(c->u.error.code);
+		size_t l = c->u.error.len < PG_MSG_LEN ? c->u.error.len : PG_MSG_LEN;
+		memcpy(pg->msg, c->u.error.msg, l);
+		pg->msg[l] = 0;
+		ev->text = pg->msg;
+		ev->len = l;
+		atomic_fetch_sub(&pg->inflight, 1);
+		return 0;
+	}
+	case PG_CQE_NOP:
+		ev->type = PAGODA_EV_NOP;
+		return 0;
+	case PG_CQE_STATS:
+		ev->type = PAGODA_EV_STATS;
+		ev->stats.running = c->u.stats.running;
+		ev->stats.waiting = c->u.stats.waiting;
+		ev->stats.clients = c->u.stats.clients;
+		ev->stats.inflight = c->u.stats.inflight;
+		ev->stats.kv_blocks_total = c->u.stats.kv_blocks_total;
+		ev->stats.kv_blocks_used = c->u.stats.kv_blocks_used;
+		ev->stats.requests_finished = c->u.stats.requests_finished;
+		ev->stats.gen_tokens = c->u.stats.gen_tokens;
+		ev->stats.n_ctx = c->u.stats.n_ctx;
+		ev->stats.draining = c->u.stats.draining;
+		return 0;
+	}
+	return PAGODA_E_PROTO;
+}
+
+static int futex_wait(_Atomic uint32_t *w, uint32_t val, int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	return (int)syscall(SYS_futex, w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+int pagoda_next(pagoda_t *pg, struct pagoda_event *ev, int timeout_ms)
+{
+	if (!pg || !ev)
+		return PAGODA_E_INVAL;
+	if (pthread_mutex_trylock(&pg->con_lock) != 0)
+		return PAGODA_E_BUSY;
+	release_pending(pg);
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ms() + (uint64_t)timeout_ms;
+	int rc, spins = 0;
+	for (;;) {
+		uint32_t ready = pg_ring_ready(pg->cqc, pg->cq_head);
+		if (ready > pg->lay.cq_entries) {
+			rc = PAGODA_E_PROTO;
+			break;
+		}
+		if (ready) {
+			rc = parse_cqe(pg, ev);
+			if (rc == 0)
+				pg->pending = true;
+			break;
+		}
+		if (spins < SPIN_ITERS && timeout_ms != 0) {
+			spins++;
+			__builtin_ia32_pause();
+			continue;
+		}
+		if (sock_hup(pg)) {
+			/* the daemon may have published its last CQEs before leaving */
+			if (pg_ring_ready(pg->cqc, pg->cq_head))
+				continue;
+			rc = PAGODA_E_DISCONNECTED;
+			break;
+		}
+		uint64_t now = now_ms();
+		if (now >= deadline) {
+			rc = timeout_ms == 0 ? PAGODA_E_AGAIN : PAGODA_E_TIMEOUT;
+			break;
+		}
+		uint64_t left = deadline - now;
+		int ms = left < SLEEP_SLICE_MS ? (int)left : SLEEP_SLICE_MS;
+		atomic_fetch_add_explicit(&pg->cqc->waiters, 1, memory_order_seq_cst);
+		uint32_t seq = atomic_load_explicit(&pg->cqc->seq, memory_order_seq_cst);
+		if (pg_ring_ready(pg->cqc, pg->cq_head) == 0)
+			futex_wait(&pg->cqc->seq, seq, ms);
+		atomic_fetch_sub_explicit(&pg->cqc->waiters, 1, memory_order_seq_cst);
+	}
+	pthread_mutex_unlock(&pg->con_lock);
+	return rc;
+}
