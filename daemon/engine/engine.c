@@ -10,6 +10,7 @@
 #include "daemon/engine/sampler.h"
 #include "daemon/engine/stopper.h"
 #include "daemon/kv/kv.h"
+#include "daemon/model/gguf.h"
 #include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
 #include "kernels/backend.h"
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,7 +54,11 @@ struct engine {
 	uint64_t *cancel_ids;
 	int n_cancel, cap_cancel;
 	bool draining;
+	bool drop_cache;
 	struct engine_stats stats;
+	/* recent latencies, rings of ENGINE_LAT_WINDOW */
+	uint64_t lat_ttft[ENGINE_LAT_WINDOW], lat_itl[ENGINE_LAT_WINDOW];
+	uint64_t n_ttft, n_itl;
 	int evfd;
 
 	/* engine thread only */
@@ -117,6 +123,26 @@ static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, 
 	return n < per_ctx ? per_ctx : n;
 }
 
+/* Reads every weight page once, reporting progress, so the first request
+ * does not pay for page faults and an operator sees loading advance. */
+static void prefault_weights(const struct model *m, const struct engine_opts *o)
+{
+	const struct gguf_file *g = m->gguf;
+	const size_t chunk = 64u << 20;
+	size_t done = 0, total = g->size - g->data_offset;
+	volatile uint8_t sink = 0;
+	for (size_t off = g->data_offset; off < g->size; off += chunk) {
+		size_t n = g->size - off < chunk ? g->size - off : chunk;
+		madvise((void *)((uintptr_t)(g->base + off) & ~(uintptr_t)4095), n, MADV_WILLNEED);
+		for (size_t i = 0; i < n; i += 4096)
+			sink += g->base[off + i];
+		done += n;
+		if (o->progress)
+			o->progress(o->progress_user, "loading weights", total ? (double)done / total : 1.0);
+	}
+	(void)sink;
+}
+
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)
 {
 	struct engine *e = calloc(1, sizeof *e);
@@ -126,9 +152,12 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	}
 	pthread_mutex_init(&e->lock, NULL);
 	e->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (o->progress)
+		o->progress(o->progress_user, "reading model", 0);
 	int r = model_load(o->model_path, &e->m, err, errlen);
 	if (r)
 		goto fail;
+	prefault_weights(e->m, o);
 	set_defaults(e, o);
 	int bs = o->block_size > 0 ? o->block_size : 16;
 	const struct model_hparams *hp = &e->m->hp;
@@ -267,6 +296,14 @@ void engine_cancel(struct engine *e, uint64_t id)
 		e->cap_cancel = cap;
 	}
 	e->cancel_ids[e->n_cancel++] = id;
+	pthread_mutex_unlock(&e->lock);
+	engine_wake(e);
+}
+
+void engine_drop_prefix_cache(struct engine *e)
+{
+	pthread_mutex_lock(&e->lock);
+	e->drop_cache = true;
 	pthread_mutex_unlock(&e->lock);
 	engine_wake(e);
 }
@@ -498,6 +535,12 @@ static void emit(struct engine *e, struct seq *s, int32_t tok)
 {
 	struct engine_req *r = s->req;
 	uint64_t now = now_ns();
+	pthread_mutex_lock(&e->lock);
+	if (!r->timings.t_first_ns)
+		e->lat_ttft[e->n_ttft++ % ENGINE_LAT_WINDOW] = now - r->timings.t_submit_ns;
+	else
+		e->lat_itl[e->n_itl++ % ENGINE_LAT_WINDOW] = now - s->t_last_ns;
+	pthread_mutex_unlock(&e->lock);
 	if (!r->timings.t_first_ns) {
 		r->timings.t_first_ns = now;
 		PROBE_FIRST(s->uid, r->id, now - r->timings.t_submit_ns);
@@ -607,6 +650,12 @@ static void fail_batch(struct engine *e, const struct plan *p, int r)
 
 int engine_step(struct engine *e)
 {
+	pthread_mutex_lock(&e->lock);
+	bool drop = e->drop_cache;
+	e->drop_cache = false;
+	pthread_mutex_unlock(&e->lock);
+	if (drop)
+		kv_drop_cache(&e->kv);
 	apply_cancels(e);
 	struct plan p;
 	schedule(e, &p);
@@ -649,10 +698,32 @@ bool engine_wait(struct engine *e, int timeout_ms)
 	return work;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* p50 and p99 of the last n values of a window (n capped to its size). */
+static void percentiles(const uint64_t *ring, uint64_t n, uint64_t *p50, uint64_t *p99)
+{
+	static __thread uint64_t tmp[ENGINE_LAT_WINDOW];
+	size_t m = n < ENGINE_LAT_WINDOW ? n : ENGINE_LAT_WINDOW;
+	*p50 = *p99 = 0;
+	if (!m)
+		return;
+	memcpy(tmp, ring, m * sizeof *tmp);
+	qsort(tmp, m, sizeof *tmp, cmp_u64);
+	*p50 = tmp[(m - 1) / 2];
+	*p99 = tmp[(m - 1) * 99 / 100];
+}
+
 void engine_get_stats(struct engine *e, struct engine_stats *s)
 {
 	pthread_mutex_lock(&e->lock);
 	*s = e->stats;
+	percentiles(e->lat_ttft, e->n_ttft, &s->ttft_p50, &s->ttft_p99);
+	percentiles(e->lat_itl, e->n_itl, &s->itl_p50, &s->itl_p99);
 	pthread_mutex_unlock(&e->lock);
 }
 

@@ -28,6 +28,10 @@ struct engine_opts {
 	int64_t kv_mem;       /* KV pool bytes; 0: enough for max_seqs full contexts */
 	int block_size;       /* tokens per KV block; 0: 16 */
 	bool no_prefix_cache;
+	/* Called while loading (stage name, fraction done of that stage), on
+	 * the calling thread; may be NULL. */
+	void (*progress)(void *user, const char *stage, double frac);
+	void *progress_user;
 };
 
 struct sampling {
@@ -105,6 +109,9 @@ int engine_submit(struct engine *e, struct engine_req *r);
 void engine_cancel(struct engine *e, uint64_t id);
 /* Thread-safe. Refuse new requests from now on (ENGINE_ERR_DRAINING). */
 void engine_drain(struct engine *e);
+/* Thread-safe. Forget every cached prefix block no request holds; done by
+ * the engine thread at its next step. */
+void engine_drop_prefix_cache(struct engine *e);
 
 /* Runs one step on the calling thread: admits queued requests, one
  * forward, emits. Returns the number of requests still queued or running. */
@@ -128,7 +135,10 @@ struct engine_stats {
 	int running, waiting;
 	int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached;
 	double kv_waste; /* allocated slots not holding a token / allocated slots */
+	/* latency over the last ENGINE_LAT_WINDOW requests / tokens, in ns */
+	uint64_t ttft_p50, ttft_p99, itl_p50, itl_p99;
 };
+#define ENGINE_LAT_WINDOW 1024
 void engine_get_stats(struct engine *e, struct engine_stats *s); /* thread-safe */
 
 #endif
