@@ -46,6 +46,7 @@ static int usage(FILE *f)
 		   "  -c, --ctx-size N     context length (default: the model's, at most 4096)\n"
 		   "  -t, --threads N      compute threads (default: all cores)\n"
 		   "  --ids                print generated token ids instead of text\n"
+		   "  --stats              print the engine's counters (KV blocks, cache, batching) at the end\n"
 		   SAMPLING_FLAGS_HELP);
 	return f == stdout ? 0 : 2;
 }
@@ -61,6 +62,25 @@ static void report(const struct engine_req *r)
 		gen > 0 ? (t->n_gen - 1) / gen : 0.0, ttft * 1e3);
 }
 
+static void print_stats(struct engine *e)
+{
+	struct engine_stats st;
+	engine_get_stats(e, &st);
+	fprintf(stderr,
+		"pagoda: KV blocks %lld total, %lld used, %lld cached, %lld free | waste %.1f%%\n"
+		"pagoda: prompt tokens %llu, from the prefix cache %llu (%.1f%%), prefilled %llu, decoded %llu\n"
+		"pagoda: requests %llu finished, %llu failed, %llu cancelled | steps %llu, preemptions %llu, "
+		"running %d, waiting %d\n",
+		(long long)st.kv_blocks_total, (long long)st.kv_blocks_used, (long long)st.kv_blocks_cached,
+		(long long)(st.kv_blocks_total - st.kv_blocks_used - st.kv_blocks_cached), st.kv_waste * 100,
+		(unsigned long long)st.prompt_tokens, (unsigned long long)st.cached_prompt_tokens,
+		st.prompt_tokens ? 100.0 * st.cached_prompt_tokens / st.prompt_tokens : 0.0,
+		(unsigned long long)st.prefill_tokens, (unsigned long long)st.decode_tokens,
+		(unsigned long long)st.requests_finished, (unsigned long long)st.requests_failed,
+		(unsigned long long)st.requests_cancelled, (unsigned long long)st.steps,
+		(unsigned long long)st.preemptions, st.running, st.waiting);
+}
+
 int cmd_run(int argc, char **argv)
 {
 	struct engine_opts eo = { 0 };
@@ -68,7 +88,7 @@ int cmd_run(int argc, char **argv)
 	sampling_defaults(&smp);
 	const char *prompt = NULL, *prompt_file = NULL;
 	long n_predict = -1, v;
-	bool ids = false;
+	bool ids = false, stats = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val;
 		int r = opt_sampling(argc, argv, &i, &smp);
@@ -80,6 +100,10 @@ int cmd_run(int argc, char **argv)
 			return usage(stdout);
 		if (!strcmp(a, "--ids")) {
 			ids = true;
+			continue;
+		}
+		if (!strcmp(a, "--stats")) {
+			stats = true;
 			continue;
 		}
 		if (!(val = opt_value(argc, argv, &i)))
@@ -159,6 +183,8 @@ int cmd_run(int argc, char **argv)
 		} else if (req.max_tokens) {
 			report(&req);
 		}
+		if (stats)
+			print_stats(e);
 	}
 	free(toks);
 	engine_destroy(e);
