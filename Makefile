@@ -5,31 +5,31 @@ BUILD ?= build
 SUB = $(MAKE) --no-print-directory -f mk/build.mk BUILD=$(BUILD)
 
 all: deps
-	@$(SUB) all
+	+@$(SUB) all
 
 deps:
 	@sh mk/deps.sh
 
 check: deps
-	@$(SUB) check
+	+@$(SUB) check
 
 check-asan: deps
-	@$(MAKE) --no-print-directory -f mk/build.mk BUILD=build-asan SAN=address,undefined check-unit
+	+@$(MAKE) --no-print-directory -f mk/build.mk BUILD=build-asan SAN=address,undefined check-unit
 
 fuzz: deps
-	@$(SUB) fuzz
+	+@$(SUB) fuzz
 
 run: deps
-	@$(SUB) run
+	+@$(SUB) run
 
 bench: deps
-	@$(SUB) bench
+	+@$(SUB) bench
 
 install: deps
-	@$(SUB) install
+	+@$(SUB) install
 
 uninstall:
-	@$(SUB) uninstall
+	+@$(SUB) uninstall
 
 clean:
 	rm -rf build build-asan
