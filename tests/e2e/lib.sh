@@ -7,13 +7,13 @@ checks=0
 
 # need_testdata FILE...: skip (77) unless PAGODA_REQUIRE_TESTDATA=1 (fail).
 need_testdata() {
-	for f in "$@"; do
-		if [ -z "$T" ] || [ ! -e "$T/$f" ]; then
+	for _td in "$@"; do
+		if [ -z "$T" ] || [ ! -e "$T/$_td" ]; then
 			if [ "${PAGODA_REQUIRE_TESTDATA:-0}" = 1 ]; then
-				echo "FAIL: test data $f missing (PAGODA_TESTDATA=$T)" >&2
+				echo "FAIL: test data $_td missing (PAGODA_TESTDATA=$T)" >&2
 				exit 1
 			fi
-			echo "SKIP: test data $f not found (set PAGODA_TESTDATA)" >&2
+			echo "SKIP: test data $_td not found (set PAGODA_TESTDATA)" >&2
 			exit 77
 		fi
 	done
