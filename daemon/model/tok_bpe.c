@@ -496,68 +496,28 @@ struct bbigram {
 	size_t size;
 };
 
-static bool bb_before(const struct bbigram *a, const struct bbigram *b)
+static bool bb_before(const void *x, const void *y)
 {
+	const struct bbigram *a = x, *b = y;
 	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-struct bheap {
-	struct bbigram *v;
-	size_t n, cap;
-};
-
-static int bheap_push(struct bheap *h, struct bbigram b)
-{
-	if (tokp_reserve((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v))
-		return -1;
-	size_t i = h->n++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!bb_before(&b, &h->v[p]))
-			break;
-		h->v[i] = h->v[p];
-		i = p;
-	}
-	h->v[i] = b;
-	return 0;
-}
-
-static struct bbigram bheap_pop(struct bheap *h)
-{
-	struct bbigram top = h->v[0], last = h->v[--h->n];
-	size_t i = 0, n = h->n;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && bb_before(&h->v[c + 1], &h->v[c]))
-			c++;
-		if (!bb_before(&h->v[c], &last))
-			break;
-		h->v[i] = h->v[c];
-		i = c;
-	}
-	if (n)
-		h->v[i] = last;
-	return top;
 }
 
 struct bpe_ctx {
 	struct bsym *sym;
 	size_t sym_cap;
-	struct bheap heap;
+	struct tokp_heap heap;
 	char *word;
 	size_t word_cap;
 };
 
-static int bpe_try(const struct tokenizer *t, const char *w, struct bsym *sym, int l, int r, struct bheap *h)
+static int bpe_try(const struct tokenizer *t, const char *w, struct bsym *sym, int l, int r, struct tokp_heap *h)
 {
 	if (l < 0 || r < 0)
 		return 0;
 	int rank = tokp_merge_rank(t, w + sym[l].off, sym[l].n, w + sym[r].off, sym[r].n);
 	if (rank < 0)
 		return 0;
-	return bheap_push(h, (struct bbigram){ l, r, rank, sym[l].n + sym[r].n });
+	return tokp_heap_push(h, &(struct bbigram){ l, r, rank, sym[l].n + sym[r].n });
 }
 
 /* w: one pre-tokenized word, already byte-encoded */
@@ -587,7 +547,8 @@ static int bpe_word(const struct tokenizer *t, struct bpe_ctx *c, const char *w,
 		if (bpe_try(t, w, sym, i - 1, i, &c->heap))
 			return -1;
 	while (c->heap.n) {
-		struct bbigram b = bheap_pop(&c->heap);
+		struct bbigram b;
+		tokp_heap_pop(&c->heap, &b);
 		struct bsym *L = &sym[b.left], *R = &sym[b.right];
 		if (L->n == 0 || R->n == 0 || L->n + R->n != b.size)
 			continue;
@@ -625,7 +586,7 @@ int tokp_bpe_encode(const struct tokenizer *t, const char *s, size_t n, struct t
 	uint8_t *sub = NULL;
 	size_t *boff = NULL;
 	struct offs a = { 0 }, b = { 0 };
-	struct bpe_ctx c = { 0 };
+	struct bpe_ctx c = { .heap = { .size = sizeof(struct bbigram), .before = bb_before } };
 	pcre2_match_data *md = NULL;
 	pcre2_match_context *mctx = NULL;
 	pcre2_jit_stack *jstack = NULL;

@@ -115,54 +115,14 @@ struct spm_bigram {
 };
 
 /* max-heap on (score, -left) */
-static bool spm_before(const struct spm_bigram *a, const struct spm_bigram *b)
+static bool spm_before(const void *x, const void *y)
 {
+	const struct spm_bigram *a = x, *b = y;
 	return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-struct spm_heap {
-	struct spm_bigram *v;
-	size_t n, cap;
-};
-
-static int spm_heap_push(struct spm_heap *h, struct spm_bigram b)
-{
-	if (tokp_reserve((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v))
-		return -1;
-	size_t i = h->n++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!spm_before(&b, &h->v[p]))
-			break;
-		h->v[i] = h->v[p];
-		i = p;
-	}
-	h->v[i] = b;
-	return 0;
-}
-
-static struct spm_bigram spm_heap_pop(struct spm_heap *h)
-{
-	struct spm_bigram top = h->v[0], last = h->v[--h->n];
-	size_t i = 0, n = h->n;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && spm_before(&h->v[c + 1], &h->v[c]))
-			c++;
-		if (!spm_before(&h->v[c], &last))
-			break;
-		h->v[i] = h->v[c];
-		i = c;
-	}
-	if (n)
-		h->v[i] = last;
-	return top;
-}
-
 static int spm_try(const struct tokenizer *t, const char *s, struct spm_sym *sym, int l, int r,
-		   struct spm_heap *h)
+		   struct tokp_heap *h)
 {
 	if (l < 0 || r < 0)
 		return 0;
@@ -172,7 +132,7 @@ static int spm_try(const struct tokenizer *t, const char *s, struct spm_sym *sym
 	int32_t id = tokp_find(t, s + sym[l].off, n);
 	if (id < 0)
 		return 0;
-	return spm_heap_push(h, (struct spm_bigram){ l, r, t->tok[id].score, n });
+	return tokp_heap_push(h, &(struct spm_bigram){ l, r, t->tok[id].score, n });
 }
 
 /* s: the text with spaces already escaped to U+2581 */
@@ -181,7 +141,7 @@ static int spm_encode(const struct tokenizer *t, const char *s, size_t n, struct
 	if (n == 0)
 		return 0;
 	struct spm_sym *sym = malloc(n * sizeof *sym);
-	struct spm_heap h = { 0 };
+	struct tokp_heap h = { .size = sizeof(struct spm_bigram), .before = spm_before };
 	int rc = -1;
 	if (!sym)
 		return -1;
@@ -201,7 +161,8 @@ static int spm_encode(const struct tokenizer *t, const char *s, size_t n, struct
 		if (spm_try(t, s, sym, i - 1, i, &h))
 			goto out;
 	while (h.n) {
-		struct spm_bigram b = spm_heap_pop(&h);
+		struct spm_bigram b;
+		tokp_heap_pop(&h, &b);
 		struct spm_sym *L = &sym[b.left], *R = &sym[b.right];
 		if (L->n == 0 || R->n == 0 || L->n + R->n != b.size)
 			continue;

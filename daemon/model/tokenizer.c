@@ -184,6 +184,45 @@ int tokp_reserve(void **p, size_t *cap, size_t need, size_t elem)
 	return 0;
 }
 
+#define HEAP_AT(h, i) ((char *)(h)->v + (i) * (h)->size)
+
+int tokp_heap_push(struct tokp_heap *h, const void *elem)
+{
+	if (tokp_reserve(&h->v, &h->cap, h->n + 1, h->size))
+		return -1;
+	size_t i = h->n++;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!h->before(elem, HEAP_AT(h, p)))
+			break;
+		memcpy(HEAP_AT(h, i), HEAP_AT(h, p), h->size);
+		i = p;
+	}
+	memcpy(HEAP_AT(h, i), elem, h->size);
+	return 0;
+}
+
+void tokp_heap_pop(struct tokp_heap *h, void *out)
+{
+	char last[64];
+	memcpy(out, HEAP_AT(h, 0), h->size);
+	memcpy(last, HEAP_AT(h, --h->n), h->size);
+	size_t i = 0, n = h->n;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && h->before(HEAP_AT(h, c + 1), HEAP_AT(h, c)))
+			c++;
+		if (!h->before(HEAP_AT(h, c), last))
+			break;
+		memcpy(HEAP_AT(h, i), HEAP_AT(h, c), h->size);
+		i = c;
+	}
+	if (n)
+		memcpy(HEAP_AT(h, i), last, h->size);
+}
+
 int tokp_push(struct tokp_ids *v, int32_t id)
 {
 	if (tokp_reserve((void **)&v->v, &v->cap, v->n + 1, sizeof *v->v))

@@ -190,6 +190,15 @@ int tokp_utf8_len(uint8_t c);
 uint32_t tokp_decode_cp(const uint8_t *s, size_t n, size_t *off);
 int tokp_encode_cp(uint32_t cp, char *out);
 int tokp_reserve(void **p, size_t *cap, size_t need, size_t elem);
+/* A binary heap of fixed-size elements (at most 64 bytes): before(a, b)
+ * is true when a must pop first. Used by both merge algorithms. */
+struct tokp_heap {
+	void *v;
+	size_t n, cap, size;
+	bool (*before)(const void *a, const void *b);
+};
+int tokp_heap_push(struct tokp_heap *h, const void *elem);
+void tokp_heap_pop(struct tokp_heap *h, void *out);
 int tokp_push(struct tokp_ids *v, int32_t id);
 int tokp_pre_init(struct tokenizer *t, char *err, size_t errlen);
 void tokp_pre_free(struct tokenizer *t);
