@@ -41,8 +41,9 @@ install_one() {
 	src=$1 dst=$2 mode=$3
 	mkdir -p "$D$(dirname "$dst")"
 	case $src in
-	@pc) sed "s|@PREFIX@|$PREFIX|; s|@VERSION@|$VERSION|" libclient/pagoda.pc.in > "$D$dst" ;;
-	@unit) sed "s|@BINDIR@|$BINDIR|; s|@SYSCONFDIR@|$SYSCONFDIR|" systemd/pagodad.service.in > "$D$dst" ;;
+	@pc) sed "s|@PREFIX@|$PREFIX|; s|@VERSION@|$VERSION|; s|^libdir=.*|libdir=$LIBDIR|; s|^includedir=.*|includedir=$INCLUDEDIR|" \
+		libclient/pagoda.pc.in > "$D$dst" ;;
+	@unit) sed "s|@BINDIR@|$BINDIR|g; s|@SYSCONFDIR@|$SYSCONFDIR|g" systemd/pagodad.service.in > "$D$dst" ;;
 	*) cp "$src" "$D$dst" ;;
 	esac
 	chmod "$mode" "$D$dst"
@@ -70,6 +71,10 @@ install)
 uninstall)
 	files | while read -r src dst mode; do rm -f "$D$dst" && echo "  removed $dst"; done
 	rm -f "$D$LIBDIR/libpagoda.so"
+	# in a staging tree, the directories left empty go too
+	[ -n "$D" ] && for d in "$LIBDIR/pkgconfig" "$UNITDIR" "$SYSUSERSDIR" "$TMPFILESDIR" "$MANDIR/man1" "$MANDIR/man3" "$MANDIR/man8"; do
+		rmdir "$D$d" 2>/dev/null || true
+	done
 	echo "  kept $SYSCONFDIR/pagoda/pagodad.conf (remove it by hand if unwanted)"
 	;;
 esac

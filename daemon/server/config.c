@@ -43,6 +43,7 @@ static const struct key keys[] = {
 	{ "max-inflight", 0, K_INT, F(max_inflight), true, "requests in flight per connection (default 64)" },
 	{ "arena-size", 0, K_SIZE, F(arena_size), false, "per-client prompt arena bytes (default 1M)" },
 	{ "log-level", 'v', K_LEVEL, F(log_level), true, "emerg..debug or 0..7 (default info)" },
+	{ "bus", 0, K_STR, F(bus), false, "D-Bus: system, session, none or auto (default: system bus for a system service)" },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -70,7 +71,10 @@ void config_usage(FILE *f)
 	}
 	fprintf(f, "\nSocket: --socket, else $PAGODA_SOCKET, else /run/pagoda/pagoda.sock when /run/pagoda\n"
 		   "is writable, else $XDG_RUNTIME_DIR/pagoda.sock.\n"
-		   "Signals: SIGTERM/SIGINT drain (running requests finish, new ones are refused), SIGHUP reloads.\n");
+		   "Signals: SIGTERM/SIGINT drain (running requests finish, new ones are refused), SIGHUP reloads.\n"
+		   "Under systemd (Type=notify): READY once the model is loaded, STATUS lines, WATCHDOG pings;\n"
+		   "socket activation through the socket systemd passes (a SOCK_SEQPACKET unix socket).\n"
+		   "D-Bus: org.pagoda.Daemon1 at /org/pagoda/Daemon1 (see pagodad(8)).\n");
 }
 
 static int parse_size(const char *v, int64_t *out)

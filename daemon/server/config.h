@@ -26,6 +26,7 @@ struct srv_config {
 	int max_inflight; /* per connection */
 	int64_t arena_size;
 	int log_level;
+	char bus[16]; /* auto, system, session, none */
 
 	uint64_t set_by_flag; /* bit per key */
 };

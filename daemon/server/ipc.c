@@ -3,7 +3,9 @@
 #include "daemon/server/ipc.h"
 #include "daemon/engine/engine.h"
 #include "daemon/model/tokenizer.h"
+#include "daemon/server/bus.h"
 #include "daemon/server/log.h"
+#include "daemon/server/notify.h"
 #include "daemon/server/policy.h"
 #include "daemon/server/proto.h"
 
@@ -22,13 +24,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_OVERFLOW 65536 /* queued completions per client before it is cut off */
 
-enum wkind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_SOCK, W_EFD };
+enum wkind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_SOCK, W_EFD, W_BUS };
 struct watch {
 	int kind;
 	struct client *c;
@@ -50,6 +51,11 @@ struct client {
 	pid_t pid;
 	uid_t uid;
 	bool ready; /* handshake done */
+	/* Refused at accept: the refusal goes out once its hello is read, so that
+	 * closing never leaves unread data behind (which would turn the refusal
+	 * into ECONNRESET on the client's side). */
+	uint32_t refuse;
+	const char *refuse_msg;
 	struct watch w_sock, w_efd;
 	struct client *next, *prev; /* server list: main thread only */
 
@@ -95,7 +101,19 @@ struct server {
 	_Atomic int inflight;
 	_Atomic bool draining;
 	_Atomic bool stop;
+	bool exit_when_drained;
 	int term_signals;
+	struct srv_config *cfg; /* ipc_run's */
+	struct pbus *bus;
+	struct watch w_bus;
+	int bus_fd;
+	uint32_t bus_events;
+	/* generated-token rate: a sample a second, the last RATE_N of them */
+#define RATE_N 6
+	uint64_t rate_t[RATE_N], rate_gen[RATE_N];
+	int rate_i, rate_n;
+	double tokens_per_s;
+	uint64_t next_sample_ns, next_status_ns;
 	pthread_mutex_t free_lock; /* clients whose last reference went: freed by main */
 	struct client *free_list;
 	pthread_t eng_thread;
@@ -453,24 +471,20 @@ static void on_accept(struct server *s)
 		int ng = 0;
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0)
 			ng = (int)(gl / sizeof(gid_t));
+		uint32_t refuse = 0;
+		const char *refuse_msg = NULL;
 		if (!policy_allows(&s->pol, cr.uid, cr.gid, groups, ng)) {
 			log_msg(LOG_NOTICE, "refused connection from pid %d uid %u gid %u: not allowed by policy",
 				(int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid);
-			send_welcome(fd, PG_E_PERM, 0, 0, "access denied by the pagodad policy (allow-users / allow-group)",
-				     NULL, 0);
-			close(fd);
-			continue;
-		}
-		if (atomic_load(&s->draining)) {
-			send_welcome(fd, PG_E_DRAINING, 0, 0, "pagodad is shutting down", NULL, 0);
-			close(fd);
-			continue;
-		}
-		if (s->n_clients >= s->max_clients) {
+			refuse = PG_E_PERM;
+			refuse_msg = "access denied by the pagodad policy (allow-users / allow-group)";
+		} else if (atomic_load(&s->draining)) {
+			refuse = PG_E_DRAINING;
+			refuse_msg = "pagodad is draining: no new connections";
+		} else if (s->n_clients >= s->max_clients) {
 			log_msg(LOG_WARNING, "refused pid %d: %d clients already", (int)cr.pid, s->n_clients);
-			send_welcome(fd, PG_E_LIMIT, 0, 0, "too many clients", NULL, 0);
-			close(fd);
-			continue;
+			refuse = PG_E_LIMIT;
+			refuse_msg = "too many clients";
 		}
 		struct client *c = calloc(1, sizeof *c);
 		if (!c) {
@@ -484,6 +498,8 @@ static void on_accept(struct server *s)
 		c->pid = cr.pid;
 		c->uid = cr.uid;
 		c->refs = 1;
+		c->refuse = refuse;
+		c->refuse_msg = refuse_msg;
 		pthread_mutex_init(&c->lock, NULL);
 		c->w_sock = (struct watch){ W_SOCK, c };
 		c->w_efd = (struct watch){ W_EFD, c };
@@ -569,6 +585,15 @@ static void on_sock(struct server *s, struct client *c, uint32_t events)
 		}
 		if (n != (ssize_t)sizeof h || h.magic != PG_PROTO_MAGIC) {
 			client_disconnect(s, c, "malformed hello");
+			return;
+		}
+		if (!c->refuse && atomic_load(&s->draining)) {
+			c->refuse = PG_E_DRAINING;
+			c->refuse_msg = "pagodad is draining: no new connections";
+		}
+		if (c->refuse) {
+			send_welcome(c->sock, c->refuse, 0, 0, c->refuse_msg, NULL, 0);
+			client_disconnect(s, c, NULL);
 			return;
 		}
 		if (h.version != PG_PROTO_VERSION) {
@@ -829,9 +854,13 @@ static bool sweep(struct server *s)
 static void *engine_main(void *arg)
 {
 	struct server *s = arg;
+	/* The watchdog is fed from here: a stuck step stops the pings. */
+	int tick = notify_tick_ms();
+	int wait_ms = tick > 0 && tick < 1000 ? tick : 1000;
 	while (!atomic_load(&s->stop)) {
+		notify_watchdog();
 		if (engine_step(s->eng) == 0)
-			engine_wait(s->eng, 1000);
+			engine_wait(s->eng, wait_ms);
 	}
 	return NULL;
 }
@@ -958,6 +987,47 @@ fail:
 	return -1;
 }
 
+void ipc_live(struct server *s, struct ipc_live *out)
+{
+	out->clients = s->n_clients;
+	out->inflight = atomic_load(&s->inflight);
+	out->draining = atomic_load(&s->draining);
+	out->tokens_per_s = s->tokens_per_s;
+}
+
+/* One sample of the generated-token counter; the rate over the window. */
+static void sample_rate(struct server *s, uint64_t now)
+{
+	struct engine_stats st;
+	engine_get_stats(s->eng, &st);
+	s->rate_t[s->rate_i] = now;
+	s->rate_gen[s->rate_i] = st.gen_tokens;
+	s->rate_i = (s->rate_i + 1) % RATE_N;
+	if (s->rate_n < RATE_N)
+		s->rate_n++;
+	int oldest = s->rate_n < RATE_N ? 0 : s->rate_i;
+	int newest = (s->rate_i + RATE_N - 1) % RATE_N;
+	uint64_t dt = s->rate_t[newest] - s->rate_t[oldest];
+	s->tokens_per_s = dt ? (double)(s->rate_gen[newest] - s->rate_gen[oldest]) * 1e9 / (double)dt : 0.0;
+}
+
+/* The STATUS= line while serving or draining. */
+static void status_text(struct server *s, char *buf, size_t len)
+{
+	struct engine_stats st;
+	engine_get_stats(s->eng, &st);
+	int inflight = atomic_load(&s->inflight);
+	if (atomic_load(&s->draining)) {
+		if (inflight)
+			snprintf(buf, len, "draining: %d request(s) to finish, new ones refused", inflight);
+		else
+			snprintf(buf, len, "drained: idle, new requests refused (restart to serve again)");
+		return;
+	}
+	snprintf(buf, len, "serving: %d running, %d waiting, %.1f tokens/s, %d client(s)", st.running, st.waiting,
+		 s->tokens_per_s, s->n_clients);
+}
+
 static void cancel_all(struct server *s)
 {
 	for (struct client *c = s->clients; c; c = c->next) {
@@ -972,34 +1042,56 @@ static void cancel_all(struct server *s)
 	}
 }
 
-static void on_signal(struct server *s, struct srv_config *cfg)
+int ipc_reload(struct server *s, const char *why, char *err, size_t errlen)
+{
+	struct srv_config *cfg = s->cfg, n;
+	char diff[512];
+	notify_reloading();
+	int rc = 0;
+	if (!cfg->config[0]) {
+		log_msg(LOG_NOTICE, "%s: no config file to reload", why);
+	} else if (config_reload(cfg, &n, err, errlen) < 0 || apply_runtime(s, &n, err, errlen) < 0) {
+		log_msg(LOG_ERR, "%s: reload failed, keeping the old settings: %s", why, err);
+		rc = -1;
+	} else {
+		config_restart_diff(cfg, &n, diff, sizeof diff);
+		if (diff[0])
+			log_msg(LOG_WARNING, "%s: changed keys take effect at restart: %s", why, diff);
+		*cfg = n;
+		bus_reconfigure(s->bus, cfg);
+		log_msg(LOG_NOTICE, "%s: configuration reloaded from %s", why, cfg->config);
+	}
+	char st[160];
+	status_text(s, st, sizeof st);
+	notify_ready(st);
+	return rc;
+}
+
+void ipc_drain(struct server *s, bool exit, const char *why)
+{
+	if (exit)
+		s->exit_when_drained = true;
+	if (atomic_load(&s->draining))
+		return;
+	log_msg(LOG_NOTICE, "%s: draining: %d request(s) running, new ones refused", why, atomic_load(&s->inflight));
+	atomic_store(&s->draining, true);
+	engine_drain(s->eng);
+	char st[160];
+	status_text(s, st, sizeof st);
+	notify_stopping(st);
+}
+
+static void on_signal(struct server *s)
 {
 	struct signalfd_siginfo si;
+	char err[512];
 	while (read(s->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
 		if (si.ssi_signo == SIGHUP) {
-			struct srv_config n;
-			char err[512], diff[512];
-			if (!cfg->config[0]) {
-				log_msg(LOG_NOTICE, "SIGHUP: no config file to reload");
-				continue;
-			}
-			if (config_reload(cfg, &n, err, sizeof err) < 0 || apply_runtime(s, &n, err, sizeof err) < 0) {
-				log_msg(LOG_ERR, "SIGHUP: reload failed, keeping the old settings: %s", err);
-				continue;
-			}
-			config_restart_diff(cfg, &n, diff, sizeof diff);
-			if (diff[0])
-				log_msg(LOG_WARNING, "SIGHUP: changed keys take effect at restart: %s", diff);
-			*cfg = n;
-			log_msg(LOG_NOTICE, "SIGHUP: configuration reloaded from %s", cfg->config);
+			ipc_reload(s, "SIGHUP", err, sizeof err);
 			continue;
 		}
 		if (++s->term_signals == 1) {
-			log_msg(LOG_NOTICE, "%s: draining: %d request(s) running, new ones refused",
-				strsignal((int)si.ssi_signo), atomic_load(&s->inflight));
-			sd_notify(0, "STOPPING=1\nSTATUS=draining");
-			atomic_store(&s->draining, true);
-			engine_drain(s->eng);
+			ipc_drain(s, true, strsignal((int)si.ssi_signo));
 		} else {
 			log_msg(LOG_NOTICE, "%s again: cancelling every request", strsignal((int)si.ssi_signo));
 			cancel_all(s);
@@ -1007,27 +1099,104 @@ static void on_signal(struct server *s, struct srv_config *cfg)
 	}
 }
 
-int ipc_run(struct server *s, struct srv_config *cfg)
+/* Keeps the bus fd in the epoll set as sd-bus wants it; its longest wait. */
+static int bus_arm(struct server *s)
 {
+	int fd, tmo;
+	uint32_t ev;
+	bus_prepare(s->bus, &fd, &ev, &tmo);
+	if (fd != s->bus_fd) {
+		if (s->bus_fd >= 0)
+			epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->bus_fd, NULL);
+		s->bus_fd = -1;
+		struct epoll_event e = { .events = ev, .data.ptr = &s->w_bus };
+		if (fd >= 0 && epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) == 0) {
+			s->bus_fd = fd;
+			s->bus_events = ev;
+		}
+	} else if (fd >= 0 && ev != s->bus_events) {
+		struct epoll_event e = { .events = ev, .data.ptr = &s->w_bus };
+		epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &e);
+		s->bus_events = ev;
+	}
+	return tmo;
+}
+
+static int min_tmo(int a, int b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
+
+/* Once a second: the rate; every STATUS_EVERY_NS: the STATUS= line (sent
+ * only when its text changed). */
+#define STATUS_EVERY_NS 2000000000ull
+static int periodic(struct server *s)
+{
+	uint64_t now = now_ns();
+	if (now >= s->next_sample_ns) {
+		sample_rate(s, now);
+		s->next_sample_ns = now + 1000000000ull;
+	}
+	if (notify_enabled() && now >= s->next_status_ns) {
+		char st[160];
+		status_text(s, st, sizeof st);
+		notify_status("%s", st);
+		s->next_status_ns = now + STATUS_EVERY_NS;
+	}
+	if (!notify_enabled() && !s->bus)
+		return -1; /* nobody looks: sleep until something happens */
+	uint64_t next = s->next_sample_ns;
+	if (notify_enabled() && s->next_status_ns < next)
+		next = s->next_status_ns;
+	return next <= now ? 0 : (int)((next - now + 999999) / 1000000);
+}
+
+int ipc_run(struct server *s, struct srv_config *cfg, struct pbus *bus)
+{
+	s->cfg = cfg;
+	s->bus = bus;
+	s->bus_fd = -1;
+	s->w_bus = (struct watch){ W_BUS, NULL };
 	if (pthread_create(&s->eng_thread, NULL, engine_main, s) != 0) {
 		log_msg(LOG_CRIT, "cannot start the engine thread");
 		return 1;
 	}
-	log_msg(LOG_NOTICE, "listening on %s", s->path[0] ? s->path : "(socket from systemd)");
-	sd_notify(0, "READY=1\nSTATUS=serving");
+	if (s->path[0]) {
+		log_msg(LOG_NOTICE, "listening on %s", s->path);
+	} else {
+		struct sockaddr_un sa;
+		socklen_t sl = sizeof sa;
+		memset(&sa, 0, sizeof sa);
+		if (getsockname(s->lfd, (struct sockaddr *)&sa, &sl) == 0 && sa.sun_path[0])
+			log_msg(LOG_NOTICE, "listening on %.*s (socket from systemd)", (int)sizeof sa.sun_path, sa.sun_path);
+		else
+			log_msg(LOG_NOTICE, "listening on the socket from systemd");
+	}
+	sample_rate(s, now_ns());
+	s->next_sample_ns = now_ns() + 1000000000ull;
+	s->next_status_ns = now_ns() + STATUS_EVERY_NS;
+	char st[160];
+	status_text(s, st, sizeof st);
+	notify_ready(st);
 	uint64_t drained_at = 0;
 	bool pending = false;
 	for (;;) {
+		notify_main_alive();
 		if (atomic_load(&s->draining) && atomic_load(&s->inflight) == 0) {
+			if (!drained_at) {
+				status_text(s, st, sizeof st);
+				notify_status("%s", st);
+			}
 			/* Let slow readers take what is queued for them, a little while. */
 			uint64_t t = now_ns();
 			if (!drained_at)
 				drained_at = t;
-			if (!pending || t - drained_at > 5000000000ull)
+			if (s->exit_when_drained && (!pending || t - drained_at > 5000000000ull))
 				break;
 		}
+		int tmo = pending ? 50 : (atomic_load(&s->draining) && s->exit_when_drained ? 200 : -1);
+		tmo = min_tmo(tmo, periodic(s));
+		tmo = min_tmo(tmo, notify_tick_ms());
+		tmo = min_tmo(tmo, bus_arm(s));
 		struct epoll_event evs[64];
-		int n = epoll_wait(s->epfd, evs, 64, pending ? 50 : (atomic_load(&s->draining) ? 200 : -1));
+		int n = epoll_wait(s->epfd, evs, 64, tmo);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -1043,7 +1212,7 @@ int ipc_run(struct server *s, struct srv_config *cfg)
 				on_accept(s);
 				break;
 			case W_SIGNAL:
-				on_signal(s, cfg);
+				on_signal(s);
 				break;
 			case W_WAKE: {
 				uint64_t v;
@@ -1057,11 +1226,17 @@ int ipc_run(struct server *s, struct srv_config *cfg)
 			case W_EFD:
 				on_efd(s, w->c);
 				break;
+			case W_BUS:
+				break; /* bus_process below */
 			}
 		}
+		bus_process(s->bus);
 		pending = sweep(s);
 		free_released(s);
 	}
+	if (s->bus_fd >= 0)
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->bus_fd, NULL);
+	s->bus_fd = -1;
 	log_msg(LOG_NOTICE, "drained; exiting");
 	return 0;
 }

@@ -11,5 +11,6 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_ping(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ static const struct {
 	{ "run", cmd_run, "run the engine in-process on a prompt, streaming the completion" },
 	{ "generate", cmd_generate, "stream a completion from the pagodad daemon" },
 	{ "ping", cmd_ping, "measure round trips to the daemon" },
+	{ "status", cmd_status, "show the daemon's state (model, load, cache, latencies) from D-Bus" },
 	{ "tokenize", cmd_tokenize, "print the token ids of stdin" },
 	{ "detokenize", cmd_detokenize, "print the text of the token ids on stdin" },
 	{ "perplexity", cmd_perplexity, "perplexity of a text file (llama.cpp's method)" },
