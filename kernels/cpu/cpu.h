@@ -19,12 +19,23 @@
  * weight row, x rows of the weight's vec-dot type; k elements. */
 typedef void (*pg_gemv_fn)(int64_t k, const void *w, const void *x, size_t bx, int nr,
 			   float *s, size_t bs);
+/* Eight consecutive weight rows (row stride bw bytes) against nr activation
+ * rows: s[r*bs + j] = dot(w_j, x_r) for j < 8, r < nr (<= PG_MAX_NR).
+ * Used for the weights that llama.cpp's CPU backend repacks 8 rows at a
+ * time (Q4_0 and Q4_K with a multiple of 8 rows: q4_0_8x8, q4_K_8x8), to
+ * follow the float order of its repacked kernels: per output one float
+ * accumulator, one FMA per block of the block's whole integer sum. That
+ * order depends on the output alone, so it holds for any m and any split
+ * of the rows. */
+typedef void (*pg_gemv8_fn)(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			    size_t bs);
 /* Activation conversion to the vec-dot type; identical output on every ISA. */
 typedef void (*pg_from_float_fn)(const float *x, void *y, int64_t k);
 
 struct pg_kern {
 	const char *name;
 	pg_gemv_fn gemv[PG_TYPE_COUNT];
+	pg_gemv8_fn gemv8[PG_TYPE_COUNT]; /* weights with n % 8 == 0; NULL: gemv */
 	pg_from_float_fn from_float[PG_TYPE_COUNT]; /* indexed by vec-dot type */
 	void (*softmax)(float *x, int64_t n);
 	void (*swiglu)(float *out, const float *g, const float *u, int64_t n);

@@ -124,6 +124,10 @@ const struct pg_kern pg_kern_avx2 = {
 		[PG_TYPE_Q5_K] = gemv_q5_K,
 		[PG_TYPE_Q6_K] = gemv_q6_K,
 	},
+	.gemv8 = {
+		[PG_TYPE_Q4_0] = gemv8_q4_0,
+		[PG_TYPE_Q4_K] = gemv8_q4_K,
+	},
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = x86_f16_from_float,

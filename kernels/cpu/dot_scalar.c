@@ -94,18 +94,35 @@ static float dot_bf16(int64_t k, const void *vw, const void *vx)
 	return (float)s;
 }
 
+/* The sum of ggml's x86 SIMD kernels: 8 lanes of float, lane l taking
+ * the integer sum of elements 4l..4l+3 of each block, reduced as
+ * hsum_float_8. */
+static float hsum8(const float *a)
+{
+	float t[4];
+	for (int l = 0; l < 4; l++)
+		t[l] = a[l + 4] + a[l];
+	return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* ggml_vec_dot_q4_0_q8_0 (AVX2): acc[l] = fma(dw*dy, lane sum, acc[l]). */
 static float dot_q4_0(int64_t k, const void *vw, const void *vx)
 {
 	const block_q4_0 *w = vw;
 	const block_q8_0 *x = vx;
-	float s = 0;
+	float acc[8] = { 0 };
 	for (int64_t i = 0; i < k / QK4_0; i++) {
-		int sumi = 0;
-		for (int j = 0; j < QK4_0 / 2; j++)
-			sumi += ((w[i].qs[j] & 0xF) - 8) * x[i].qs[j] + ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + 16];
-		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi;
+		const float d = pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d);
+		for (int l = 0; l < 8; l++) {
+			int sumi = 0;
+			for (int e = 4 * l; e < 4 * l + 4; e++) {
+				const int q = e < 16 ? (w[i].qs[e] & 0xF) : (w[i].qs[e - 16] >> 4);
+				sumi += (q - 8) * x[i].qs[e];
+			}
+			acc[l] = fmaf(d, (float)sumi, acc[l]);
+		}
 	}
-	return s;
+	return hsum8(acc);
 }
 
 static float dot_q4_1(int64_t k, const void *vw, const void *vx)
@@ -178,34 +195,42 @@ static float dot_q8_0(int64_t k, const void *vw, const void *vx)
 }
 
 /* Q4_K/Q5_K: 8 groups of 32 with a 6-bit scale and min each; the mins
- * meet the activations through Q8_K's per-16 sums (bsums). */
+ * meet the activations through Q8_K's per-16 sums (bsums).
+ * Q4_K: ggml_vec_dot_q4_K_q8_K (AVX2): 8 lanes for the scaled sums (lane l:
+ * bytes 4l..4l+3 of each 32-byte group, both nibbles), 4 for the mins (lane
+ * l: sub-blocks 2l and 2l+1), each with FMA, then hsum_float_8 + hsum4. */
 static float dot_q4_K(int64_t k, const void *vw, const void *vx)
 {
 	const block_q4_K *w = vw;
 	const block_q8_K *x = vx;
-	float s = 0;
+	float acc[8] = { 0 }, accm[4] = { 0 };
 	for (int64_t i = 0; i < k / QK_K; i++) {
-		const uint8_t *q = w[i].qs;
-		const int8_t *y = x[i].qs;
-		int isum = 0, msum = 0;
-		for (int g = 0; g < 4; g++, q += 32, y += 64) {
-			uint8_t sc0, m0, sc1, m1;
-			pg_scale_min_k4(2 * g, w[i].scales, &sc0, &m0);
-			pg_scale_min_k4(2 * g + 1, w[i].scales, &sc1, &m1);
-			int s0 = 0, s1 = 0;
-			for (int l = 0; l < 32; l++) {
-				s0 += (q[l] & 0xF) * y[l];
-				s1 += (q[l] >> 4) * y[l + 32];
-			}
-			isum += sc0 * s0 + sc1 * s1;
-			msum += m0 * (x[i].bsums[4 * g] + x[i].bsums[4 * g + 1]) +
-				m1 * (x[i].bsums[4 * g + 2] + x[i].bsums[4 * g + 3]);
-		}
+		uint8_t sc[8], mn[8];
+		for (int j = 0; j < 8; j++)
+			pg_scale_min_k4(j, w[i].scales, &sc[j], &mn[j]);
 		const float d = x[i].d * pg_f16_to_f32(w[i].d);
-		const float dmin = x[i].d * pg_f16_to_f32(w[i].dmin);
-		s += d * (float)isum - dmin * (float)msum;
+		const float dmin = -x[i].d * pg_f16_to_f32(w[i].dmin);
+		const int16_t *bs = x[i].bsums;
+		for (int l = 0; l < 4; l++)
+			accm[l] = fmaf(dmin, (float)(mn[2 * l] * (bs[4 * l] + bs[4 * l + 1]) +
+						     mn[2 * l + 1] * (bs[4 * l + 2] + bs[4 * l + 3])),
+				       accm[l]);
+		for (int l = 0; l < 8; l++) {
+			int isum = 0;
+			for (int g = 0; g < 4; g++) {
+				const uint8_t *q = w[i].qs + 32 * g + 4 * l;
+				const int8_t *y = x[i].qs + 64 * g + 4 * l;
+				int s0 = 0, s1 = 0;
+				for (int e = 0; e < 4; e++) {
+					s0 += (q[e] & 0xF) * y[e];
+					s1 += (q[e] >> 4) * y[e + 32];
+				}
+				isum += sc[2 * g] * s0 + sc[2 * g + 1] * s1;
+			}
+			acc[l] = fmaf(d, (float)isum, acc[l]);
+		}
 	}
-	return s;
+	return hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
 }
 
 static float dot_q5_K(int64_t k, const void *vw, const void *vx)
@@ -286,6 +311,60 @@ SCALAR_GEMV(q4_K)
 SCALAR_GEMV(q5_K)
 SCALAR_GEMV(q6_K)
 
+/* ---- eight weight rows: llama.cpp's repacked order (see cpu.h) ---------------
+ * One float chain per output, one FMA per block of its whole integer sum. */
+
+static float dot_q4_0_x8(int64_t k, const block_q4_0 *w, const block_q8_0 *x)
+{
+	float acc = 0;
+	for (int64_t i = 0; i < k / QK4_0; i++) {
+		int sumi = 0;
+		for (int j = 0; j < QK4_0 / 2; j++)
+			sumi += ((w[i].qs[j] & 0xF) - 8) * x[i].qs[j] + ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + 16];
+		acc = fmaf((float)sumi, pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d), acc);
+	}
+	return acc;
+}
+
+static float dot_q4_K_x8(int64_t k, const block_q4_K *w, const block_q8_K *x)
+{
+	float acc = 0, accm = 0;
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *q = w[i].qs;
+		const int8_t *y = x[i].qs;
+		int isum = 0, msum = 0;
+		for (int g = 0; g < 4; g++, q += 32, y += 64) {
+			uint8_t sc0, m0, sc1, m1;
+			pg_scale_min_k4(2 * g, w[i].scales, &sc0, &m0);
+			pg_scale_min_k4(2 * g + 1, w[i].scales, &sc1, &m1);
+			int s0 = 0, s1 = 0;
+			for (int l = 0; l < 32; l++) {
+				s0 += (q[l] & 0xF) * y[l];
+				s1 += (q[l] >> 4) * y[l + 32];
+			}
+			isum += sc0 * s0 + sc1 * s1;
+			msum += m0 * (x[i].bsums[4 * g] + x[i].bsums[4 * g + 1]) +
+				m1 * (x[i].bsums[4 * g + 2] + x[i].bsums[4 * g + 3]);
+		}
+		acc = fmaf((float)isum, pg_f16_to_f32(w[i].d) * x[i].d, acc);
+		accm = fmaf((float)msum, pg_f16_to_f32(w[i].dmin) * x[i].d, accm);
+	}
+	return acc - accm;
+}
+
+#define SCALAR_GEMV8(T, WT, XT)                                                                     \
+	static void gemv8_##T(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr,  \
+			      float *s, size_t bs)                                                  \
+	{                                                                                           \
+		for (int r = 0; r < nr; r++)                                                        \
+			for (int j = 0; j < 8; j++)                                                 \
+				s[(size_t)r * bs + j] = dot_##T##_x8(                               \
+					k, (const WT *)((const char *)w + (size_t)j * bw),          \
+					(const XT *)((const char *)x + (size_t)r * bx));            \
+	}
+SCALAR_GEMV8(q4_0, block_q4_0, block_q8_0)
+SCALAR_GEMV8(q4_K, block_q4_K, block_q8_K)
+
 /* ---- elementwise ----------------------------------------------------------- */
 
 /* ggml_soft_max's tail: the sum was taken in double; scale by its inverse
@@ -348,6 +427,10 @@ const struct pg_kern pg_kern_scalar = {
 		[PG_TYPE_Q4_K] = gemv_q4_K,
 		[PG_TYPE_Q5_K] = gemv_q5_K,
 		[PG_TYPE_Q6_K] = gemv_q6_K,
+	},
+	.gemv8 = {
+		[PG_TYPE_Q4_0] = gemv8_q4_0,
+		[PG_TYPE_Q4_K] = gemv8_q4_K,
 	},
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,

@@ -136,30 +136,6 @@ static void x86_f16_from_float(const float *x, void *vy, int64_t k)
 
 #define XROW(T, x, bx, r) ((const T *)((const char *)(x) + (size_t)(r) * (bx)))
 
-/* Blocks go to two accumulator sets by parity: with one, a single row
- * would wait on the FMA latency every 34 bytes, below memory speed. */
-#define SIGNED_BLOCK_LOOP(BT, w, nb, PREP)                                                           \
-	__m256 acc[2][PG_MAX_NR];                                                                    \
-	for (int r = 0; r < nr; r++)                                                                 \
-		acc[0][r] = acc[1][r] = _mm256_setzero_ps();                                         \
-	for (int64_t i0 = 0; i0 < (nb); i0 += 2) {                                                   \
-		for (int u = 0; u < 2 && i0 + u < (nb); u++) {                                       \
-			const int64_t i = i0 + u;                                                    \
-			const __m256i wq = PREP(w + i);                                              \
-			const __m256i aw = _mm256_sign_epi8(wq, wq);                                 \
-			const float dw = f16s(w[i].d);                                               \
-			for (int r = 0; r < nr; r++) {                                               \
-				const BT *xb = XROW(BT, x, bx, r) + i;                               \
-				const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);       \
-				const __m256i p = dot_us8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(y, wq)); \
-				acc[u][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)),        \
-							    _mm256_cvtepi32_ps(p), acc[u][r]);       \
-			}                                                                            \
-		}                                                                                    \
-	}                                                                                            \
-	for (int r = 0; r < nr; r++)                                                                 \
-		s[(size_t)r * bs] = hsum_ps(_mm256_add_ps(acc[0][r], acc[1][r]));
-
 /* ggml_vec_dot_q8_0_q8_0 (AVX2) and llamafile's tinyBLAS_Q0_AVX alike: one
  * accumulator, acc = fma(dx*dy, (float)dot, acc) block after block, then
  * hsum_float_8. Both orders are the same, so m does not matter. */
@@ -192,11 +168,30 @@ ALWAYS_INLINE __m256i q4_unpack(const uint8_t *qs)
 	return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
+/* Q4_0 weights whose row count is not a multiple of 8 (llama.cpp keeps
+ * them unpacked): ggml_vec_dot_q4_0_q8_0 (AVX2) and tinyBLAS_Q0_AVX alike,
+ * one 8-lane accumulator, acc = fma(dx*dy, (float)lane sums, acc), then
+ * hsum_float_8. Other shapes go to q4_0_x8_tile. */
 #define PREP_Q4_0(b) _mm256_sub_epi8(q4_unpack((b)->qs), _mm256_set1_epi8(8))
 ALWAYS_INLINE void q4_0_tile(int64_t k, const block_q4_0 *w, const void *x, size_t bx, const int nr, float *s,
 			     size_t bs)
 {
-	SIGNED_BLOCK_LOOP(block_q8_0, w, k / QK4_0, PREP_Q4_0)
+	__m256 acc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / QK4_0; i++) {
+		const __m256i wq = PREP_Q4_0(w + i);
+		const __m256i aw = _mm256_sign_epi8(wq, wq);
+		const float dw = f16s(w[i].d);
+		for (int r = 0; r < nr; r++) {
+			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
+			const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);
+			const __m256i p = dot_us8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(y, wq));
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)), _mm256_cvtepi32_ps(p), acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = hsum_ps(acc[r]);
 }
 
 ALWAYS_INLINE __m256i q5_high_bits(const uint8_t *qh4)
@@ -284,14 +279,18 @@ ALWAYS_INLINE void k4_scales(const uint8_t *packed, uint8_t out[16])
 	memcpy(out, u, 16);
 }
 
-/* Q4_K (five = 0) and Q5_K (five = 1) against Q8_K. */
+/* Q4_K (five = 0) and Q5_K (five = 1) against Q8_K: ggml_vec_dot_q4_K_q8_K
+ * and ggml_vec_dot_q5_K_q8_K (AVX2). Q4_K weights with a multiple of 8 rows
+ * go to q4_K_x8_tile instead. */
 ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const void *x, size_t bx, const int nr,
 			      float *s, size_t bs)
 {
-	__m256 acc[PG_MAX_NR], accm[PG_MAX_NR];
+	__m256 acc[PG_MAX_NR];
+	__m128 accm[PG_MAX_NR];
 	float summs[PG_MAX_NR];
 	for (int r = 0; r < nr; r++) {
-		acc[r] = accm[r] = _mm256_setzero_ps();
+		acc[r] = _mm256_setzero_ps();
+		accm[r] = _mm_setzero_ps();
 		summs[r] = 0.0f;
 	}
 	const __m256i lo4 = _mm256_set1_epi8(0x0F);
@@ -315,10 +314,11 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 		}
 		uint8_t sm[16];
 		k4_scales(scp, sm);
-		/* mins, each repeated for its two 16-sums of bsums */
+		/* mins, each repeated for its two 16-sums of bsums (Q5_K) */
 		const __m256i mins16 = _mm256_cvtepu8_epi16(
 			_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
 					 _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
+		const __m128i mins8 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
 		__m256i isum[PG_MAX_NR];
 		for (int r = 0; r < nr; r++)
 			isum[r] = _mm256_setzero_si256();
@@ -345,19 +345,32 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 		for (int r = 0; r < nr; r++) {
 			const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
 			const __m256i bs16 = _mm256_loadu_si256((const __m256i *)xb->bsums);
-			const __m256i msum = _mm256_madd_epi16(bs16, mins16);
 			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
 			if (five) {
 				/* ggml_vec_dot_q5_K_q8_K: summs += dmin * isum, scalar,
 				 * dmin = -y.d * x.dmin, contracted to an FMA. */
+				const __m256i msum = _mm256_madd_epi16(bs16, mins16);
 				summs[r] = fmaf(-xb->d * dminw, (float)hsum_epi32(msum), summs[r]);
 			} else {
-				accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dminw * xb->d), _mm256_cvtepi32_ps(msum), accm[r]);
+				/* ggml_vec_dot_q4_K_q8_K: 4 lanes, lane l = m[2l]·B[2l] +
+				 * m[2l+1]·B[2l+1] (B: sums of 32), acc_m += dmin·lanes with
+				 * dmin = -y.d * x.dmin; added to the total at the end. */
+				const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs16),
+								   _mm256_extracti128_si256(bs16, 1));
+				accm[r] = _mm_fmadd_ps(_mm_set1_ps(-xb->d * dminw),
+						       _mm_cvtepi32_ps(_mm_madd_epi16(mins8, q8s)), accm[r]);
 			}
 		}
 	}
-	for (int r = 0; r < nr; r++)
-		s[(size_t)r * bs] = five ? hsum_ps(acc[r]) + summs[r] : hsum_ps(acc[r]) - hsum_ps(accm[r]);
+	for (int r = 0; r < nr; r++) {
+		if (five) {
+			s[(size_t)r * bs] = hsum_ps(acc[r]) + summs[r];
+		} else {
+			__m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
+			m = _mm_add_ss(m, _mm_movehdup_ps(m));
+			s[(size_t)r * bs] = hsum_ps(acc[r]) + _mm_cvtss_f32(m);
+		}
+	}
 }
 
 /* Q6_K: levels kept unsigned (0..63); the -32 offset is taken out once
@@ -410,6 +423,140 @@ ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size
 		s[(size_t)r * bs] = hsum_ps(acc[r]);
 }
 
+/* ---- eight weight rows at a time: llama.cpp's repacked order -------------------
+ *
+ * ggml_gemv_q4_0_8x8_q8_0 / ggml_gemm_q4_0_8x8_q8_0 and
+ * ggml_gemv_q4_K_8x8_q8_K keep one float accumulator per output (a lane of
+ * a vector of 8 rows) and per block add the block's whole integer sum once:
+ * acc = fma((float)isum, dw * dy, acc). These kernels read the rows where
+ * they lie (no repacked copy): each row's block gives a vector of partial
+ * integer sums, and hsum8x8 folds the 8 rows' vectors into one vector of 8
+ * totals, lane j = row j, exact in integers. */
+
+/* lane j = sum of the 8 lanes of v[j] */
+ALWAYS_INLINE __m256i hsum8x8_epi32(const __m256i *v)
+{
+	const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+	const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+	const __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
+	return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+/* The f16 at p in each of 8 rows, stride bytes apart, as floats. */
+ALWAYS_INLINE __m256 f16x8_strided(const pg_f16 *p, size_t stride)
+{
+	const char *c = (const char *)p;
+	__m128i v = _mm_cvtsi32_si128(*(const pg_f16 *)c);
+	v = _mm_insert_epi16(v, *(const pg_f16 *)(c + stride), 1);
+	v = _mm_insert_epi16(v, *(const pg_f16 *)(c + 2 * stride), 2);
+	v = _mm_insert_epi16(v, *(const pg_f16 *)(c + 3 * stride), 3);
+	v = _mm_insert_epi16(v, *(const pg_f16 *)(c + 4 * stride), 4);
+	v = _mm_insert_epi16(v, *(const pg_f16 *)(c + 5 * stride), 5);
+	v = _mm_insert_epi16(v, *(const pg_f16 *)(c + 6 * stride), 6);
+	v = _mm_insert_epi16(v, *(const pg_f16 *)(c + 7 * stride), 7);
+	return _mm256_cvtph_ps(v);
+}
+
+#define WROW(T, w, bw, j) ((const T *)((const char *)(w) + (size_t)(j) * (bw)))
+
+/* Levels kept unsigned (0..15): (q - 8)·y = q·y - 8·Σy, and -8·Σy enters
+ * each row's sum once, spread over the lanes of the accumulator start. */
+ALWAYS_INLINE void q4_0_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
+				float *s, size_t bs)
+{
+	__m256 acc[PG_MAX_NR];
+	#pragma GCC unroll 8
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	const __m256i eight = _mm256_set1_epi8(8);
+	for (int64_t i = 0; i < k / QK4_0; i++) {
+		/* The 8 rows are one contiguous run read at 8 places at once,
+		 * which the hardware prefetchers follow poorly: fetch the next
+		 * group's run in step (144 bytes of it per block). */
+		const char *next = (const char *)w + 8 * bw + (size_t)i * 8 * sizeof(block_q4_0);
+		_mm_prefetch(next, _MM_HINT_T0);
+		_mm_prefetch(next + 64, _MM_HINT_T0);
+		_mm_prefetch(next + 128, _MM_HINT_T0);
+		__m256i q[8];
+		#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++)
+			q[j] = q4_unpack(WROW(block_q4_0, w, bw, j)[i].qs);
+		const __m256 dw = f16x8_strided(&WROW(block_q4_0, w, bw, 0)[i].d, bw);
+		#pragma GCC unroll 8
+		for (int r = 0; r < nr; r++) {
+			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
+			const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);
+			const __m256i off = _mm256_sub_epi32(_mm256_setzero_si256(),
+							     dot_us8(_mm256_setzero_si256(), eight, y));
+			__m256i p[8];
+			#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++)
+				p[j] = dot_us8(off, q[j], y);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(p)),
+						 _mm256_mul_ps(dw, _mm256_set1_ps(f16s(xb->d))), acc[r]);
+		}
+	}
+	#pragma GCC unroll 8
+	for (int r = 0; r < nr; r++)
+		_mm256_storeu_ps(s + (size_t)r * bs, acc[r]);
+}
+
+/* Per super-block: isum = Σ scale·(q·y) and msum = Σ min·(sum of 32 y),
+ * acc += isum·(d·dy), accm += msum·(dmin·dy), result acc - accm, as
+ * ggml_gemv_q4_K_8x8_q8_K. (ggml_gemm_q4_K_8x8_q8_K, which llama.cpp runs
+ * on groups of 4 activation rows, adds per pair of sub-blocks instead; one
+ * order must serve every m here, and the decode one is taken.) A super-
+ * block is enough work to hide a scalar FMA chain, so rows go one by one. */
+ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
+				float *s, size_t bs)
+{
+	const __m256i lo4 = _mm256_set1_epi8(0x0F);
+	for (int j = 0; j < 8; j++) {
+		const block_q4_K *wr = WROW(block_q4_K, w, bw, j);
+		__m128 acc[PG_MAX_NR]; /* lane 0: d chain, lane 1: dmin chain */
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm_setzero_ps();
+		for (int64_t i = 0; i < k / QK_K; i++) {
+			const block_q4_K *b = wr + i;
+			uint8_t sm[16];
+			k4_scales(b->scales, sm);
+			const __m256i mins16 = _mm256_cvtepu8_epi16(
+				_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
+						 _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
+			__m256i is[PG_MAX_NR];
+			for (int r = 0; r < nr; r++)
+				is[r] = _mm256_setzero_si256();
+			for (int g = 0; g < 4; g++) {
+				const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
+				const __m256i ql = _mm256_and_si256(q, lo4);
+				const __m256i qhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+				const __m256i sc0 = _mm256_set1_epi16(sm[2 * g]);
+				const __m256i sc1 = _mm256_set1_epi16(sm[2 * g + 1]);
+				for (int r = 0; r < nr; r++) {
+					const int8_t *y = XROW(block_q8_K, x, bx, r)[i].qs + 64 * g;
+					is[r] = dot_us8_scaled(is[r], ql, _mm256_loadu_si256((const __m256i *)y), sc0);
+					is[r] = dot_us8_scaled(is[r], qhi, _mm256_loadu_si256((const __m256i *)(y + 32)), sc1);
+				}
+			}
+			/* d, dmin are the block's first 4 bytes */
+			uint32_t ddm;
+			memcpy(&ddm, &b->d, 4);
+			const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
+			for (int r = 0; r < nr; r++) {
+				const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
+				const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins16);
+				/* lanes: isum, msum (and again) */
+				const __m256i h = _mm256_hadd_epi32(is[r], ms);
+				__m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+				t = _mm_hadd_epi32(t, t);
+				acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(t), _mm_mul_ps(dd, _mm_set1_ps(xb->d)), acc[r]);
+			}
+		}
+		for (int r = 0; r < nr; r++)
+			s[(size_t)r * bs + j] = _mm_cvtss_f32(acc[r]) - _mm_cvtss_f32(_mm_movehdup_ps(acc[r]));
+	}
+}
+
 /* Instantiates gemv_NAME(k, w, x, bx, nr, s, bs) from a tile body with the
  * row count a compile-time constant, so the per-row arrays live in
  * registers. */
@@ -441,5 +588,19 @@ X86_GEMV(q5_1, C_Q5_1)
 X86_GEMV(q4_K, C_Q4_K)
 X86_GEMV(q5_K, C_Q5_K)
 X86_GEMV(q6_K, C_Q6_K)
+
+#define X86_GEMV8(NAME, TILE)                                                                        \
+	static void gemv8_##NAME(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr,   \
+				 float *s, size_t bs)                                                  \
+	{                                                                                             \
+		switch (nr) {                                                                        \
+		case 1: TILE(k, w, bw, x, bx, 1, s, bs); break;                                      \
+		case 2: TILE(k, w, bw, x, bx, 2, s, bs); break;                                      \
+		case 3: TILE(k, w, bw, x, bx, 3, s, bs); break;                                      \
+		default: TILE(k, w, bw, x, bx, 4, s, bs); break;                                     \
+		}                                                                                     \
+	}
+X86_GEMV8(q4_0, q4_0_x8_tile)
+X86_GEMV8(q4_K, q4_K_x8_tile)
 
 #endif

@@ -7,6 +7,10 @@
  * memory once per chunk (then hit in L1/L2 for the next tile), and the
  * kernel decodes each weight block once per tile. For m = 1 this is a
  * plain stream of the weights split across threads.
+ *
+ * Where the table has a gemv8 for the weight type and n % 8 == 0 (the
+ * shapes llama.cpp repacks), chunks are whole groups of 8 rows and each
+ * group goes to gemv8 in one call (see cpu.h).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -52,6 +56,7 @@ void pg_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k)
 
 struct mm_job {
 	pg_gemv_fn gemv;
+	pg_gemv8_fn gemv8; /* non-NULL: rows in groups of 8 */
 	pg_from_float_fn from_float;
 	const char *W;
 	size_t wrow;
@@ -89,6 +94,12 @@ static void mm_job_run(void *a, int ith, int nth)
 			const int nr = (int)(j->m - i0 < PG_MAX_NR ? j->m - i0 : PG_MAX_NR);
 			const char *x = j->Xq + (size_t)i0 * j->xrow;
 			float *y = j->Y + i0 * j->ldy;
+			if (j->gemv8) {
+				for (int64_t r = r0; r < r1; r += 8)
+					j->gemv8(j->k, j->W + (size_t)r * j->wrow, j->wrow, x, j->xrow, nr, y + r,
+						 (size_t)j->ldy);
+				continue;
+			}
 			for (int64_t r = r0; r < r1; r++)
 				j->gemv(j->k, j->W + (size_t)r * j->wrow, x, j->xrow, nr, y + r, (size_t)j->ldy);
 		}
@@ -98,7 +109,7 @@ static void mm_job_run(void *a, int ith, int nth)
 /* Rows per chunk: small enough that every thread gets several chunks
  * (balance), large enough to amortise the counter; for big batches also
  * small enough that a chunk of weights stays in L2 across the tiles. */
-static int64_t pick_chunk(int64_t n, size_t wrow, int64_t m, int nth)
+static int64_t pick_chunk(int64_t n, size_t wrow, int64_t m, int nth, bool by8)
 {
 	int64_t c = n / ((int64_t)nth * 8);
 	if (m > PG_MAX_NR) {
@@ -108,12 +119,14 @@ static int64_t pick_chunk(int64_t n, size_t wrow, int64_t m, int nth)
 	}
 	if (c < 4)
 		c = 4;
+	if (by8)
+		c = (c + 7) & ~(int64_t)7;
 	return c;
 }
 
 static void run_matmul(struct pg_pool *p, struct mm_job *j)
 {
-	j->chunk = pick_chunk(j->n, j->wrow, j->m, pg_pool_size(p));
+	j->chunk = pick_chunk(j->n, j->wrow, j->m, pg_pool_size(p), j->gemv8 != NULL);
 	atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 	if ((j->n <= j->chunk && j->m <= PG_MAX_NR) || pg_pool_size(p) == 1)
 		mm_job_run(j, 0, 1);
@@ -133,6 +146,7 @@ static bool setup(struct mm_job *j, const void *W, uint32_t wtype, int64_t n, in
 	if (!j->wrow || !j->xrow)
 		return false;
 	j->gemv = kern->gemv[wtype];
+	j->gemv8 = n % 8 == 0 ? kern->gemv8[wtype] : NULL;
 	j->from_float = kern->from_float[vt];
 	j->W = W;
 	j->n = n;

@@ -562,6 +562,148 @@ START_TEST(test_float_dot_order_is_ggml)
 }
 END_TEST
 
+/* Q4_0 and Q4_K follow llama.cpp's CPU backend on x86, which repacks
+ * weights with a multiple of 8 rows (q4_0_8x8, q4_K_8x8) and keeps the
+ * others on vec_dot (or tinyBLAS, same order for Q4_0):
+ *  - repacked: one float accumulator per output, one FMA per block of the
+ *    block's whole integer sum: acc = fma((float)isum, dw*dy, acc); Q4_K
+ *    with a second chain for the mins (one FMA per super-block), acc - accm;
+ *  - vec_dot: 8 lanes (lane l: elements 4l..4l+3 of each 32), FMA, then
+ *    hsum_float_8; Q4_K's mins in 4 lanes (sub-blocks 2l, 2l+1) added last.
+ * Every ISA must give these bits for any m, on any thread count. */
+static int q4_0_level(const uint8_t *qs, int e)
+{
+	return (e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4) - 8;
+}
+
+static void q4_K_scale_min(const uint8_t *q, int j, int *sc, int *mn)
+{
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*mn = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+		*mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+static float hsum_lanes8(const float *a)
+{
+	float t[4];
+	for (int l = 0; l < 4; l++)
+		t[l] = a[l + 4] + a[l];
+	return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+static float ggml_q4_0_dot(const block_q4_0 *w, const block_q8_0 *y, int64_t nb, bool repacked)
+{
+	float acc = 0, lanes[8] = { 0 };
+	for (int64_t b = 0; b < nb; b++) {
+		const float d = pg_f16_to_f32(w[b].d) * pg_f16_to_f32(y[b].d);
+		int tot = 0;
+		for (int l = 0; l < 8; l++) {
+			int s = 0;
+			for (int e = 4 * l; e < 4 * l + 4; e++)
+				s += q4_0_level(w[b].qs, e) * y[b].qs[e];
+			lanes[l] = fmaf(d, (float)s, lanes[l]);
+			tot += s;
+		}
+		acc = fmaf((float)tot, d, acc);
+	}
+	return repacked ? acc : hsum_lanes8(lanes);
+}
+
+static float ggml_q4_K_dot(const block_q4_K *w, const block_q8_K *y, int64_t nb, bool repacked)
+{
+	float acc = 0, accm = 0, lanes[8] = { 0 }, mlanes[4] = { 0 };
+	for (int64_t b = 0; b < nb; b++) {
+		int sc[8], mn[8], S[8], B[8];
+		for (int j = 0; j < 8; j++) {
+			q4_K_scale_min(w[b].scales, j, &sc[j], &mn[j]);
+			B[j] = y[b].bsums[2 * j] + y[b].bsums[2 * j + 1];
+			S[j] = 0;
+		}
+		int lane_sum[8] = { 0 };
+		for (int e = 0; e < QK_K; e++) {
+			const int g = e / 64, hi = (e % 64) >= 32, l = (e % 32) / 4;
+			const int q = hi ? w[b].qs[32 * g + e % 32] >> 4 : w[b].qs[32 * g + e % 32] & 0xF;
+			const int j = 2 * g + hi;
+			S[j] += q * y[b].qs[e];
+			lane_sum[l] += sc[j] * q * y[b].qs[e];
+		}
+		int I = 0, M = 0;
+		for (int j = 0; j < 8; j++) {
+			I += sc[j] * S[j];
+			M += mn[j] * B[j];
+		}
+		const float d = pg_f16_to_f32(w[b].d) * y[b].d, dm = pg_f16_to_f32(w[b].dmin) * y[b].d;
+		acc = fmaf((float)I, d, acc);
+		accm = fmaf((float)M, dm, accm);
+		const float dmin = -y[b].d * pg_f16_to_f32(w[b].dmin);
+		for (int l = 0; l < 8; l++)
+			lanes[l] = fmaf(d, (float)lane_sum[l], lanes[l]);
+		for (int l = 0; l < 4; l++)
+			mlanes[l] = fmaf(dmin, (float)(mn[2 * l] * B[2 * l] + mn[2 * l + 1] * B[2 * l + 1]), mlanes[l]);
+	}
+	return repacked ? acc - accm : hsum_lanes8(lanes) + ((mlanes[0] + mlanes[2]) + (mlanes[1] + mlanes[3]));
+}
+
+START_TEST(test_q4_order_is_ggml)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const uint32_t types[] = { PG_TYPE_Q4_0, PG_TYPE_Q4_K };
+	const int64_t ns[] = { 24, 12, 64 }; /* repacked, vec_dot, repacked */
+	const int64_t m = 6;
+	for (int ti = 0; ti < 2; ti++) {
+		const uint32_t t = types[ti];
+		const int64_t k = t == PG_TYPE_Q4_K ? 3 * QK_K : 7 * QK4_0;
+		for (int ni = 0; ni < 3; ni++) {
+			const int64_t n = ns[ni];
+			const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
+			void *W = make_weights(t, n, k, NULL);
+			float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
+			char *Xq = malloc(xr * (size_t)m);
+			fill(X, m * k, 2.0f);
+			for (size_t a = 0; a < 3; a++) {
+				if (!pg_cpu_set_isa(all_isas[a]))
+					continue;
+				for (int64_t r = 0; r < m; r++)
+					pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
+				for (int v = 0; v < 3; v++) {
+					/* whole batch, threaded batch, one row at a time */
+					if (v < 2)
+						pg_matmul(v ? pool : NULL, W, t, n, k, X, m, Y, n);
+					else
+						for (int64_t r = 0; r < m; r++)
+							pg_matmul(NULL, W, t, n, k, X + r * k, 1, Y + r * n, n);
+					for (int64_t r = 0; r < m; r++)
+						for (int64_t j = 0; j < n; j++) {
+							const void *wj = (const char *)W + (size_t)j * wr;
+							const void *xq = Xq + (size_t)r * xr;
+							const float want =
+								t == PG_TYPE_Q4_0
+									? ggml_q4_0_dot(wj, xq, k / QK4_0, n % 8 == 0)
+									: ggml_q4_K_dot(wj, xq, k / QK_K, n % 8 == 0);
+							ck_assert_msg(Y[r * n + j] == want,
+								      "%s %s n=%ld v=%d row %ld col %ld: %a != %a",
+								      pg_type_name(t), all_isas[a], (long)n, v, (long)r,
+								      (long)j, Y[r * n + j], want);
+						}
+				}
+			}
+			free(W);
+			free(X);
+			free(Y);
+			free(Xq);
+		}
+	}
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
 START_TEST(test_isa_select)
 {
 	save_isa();
@@ -596,6 +738,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_pool);
 	tcase_add_test(tc, test_elementwise);
 	tcase_add_test(tc, test_float_dot_order_is_ggml);
+	tcase_add_test(tc, test_q4_order_is_ggml);
 	suite_add_tcase(s, tc);
 	return s;
 }
