@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,7 +396,8 @@ bool gguf_get_f32(const struct gguf_file *f, const char *key, float *out)
 	const struct gguf_kv *kv = gguf_find(f, key);
 	if (!kv || (kv->type != GGUF_FLOAT32 && kv->type != GGUF_FLOAT64))
 		return false;
-	*out = (float)kv->v.f64;
+	double d = kv->v.f64; /* a FLOAT64 may not fit: saturate */
+	*out = d > FLT_MAX ? INFINITY : d < -FLT_MAX ? -INFINITY : (float)d;
 	return true;
 }
 
@@ -431,9 +434,20 @@ int64_t gguf_arr_i64(const struct gguf_array *a, uint64_t i)
 	if (!es)
 		return 0;
 	decode_scalar(a->type, a->data + i * es, &kv);
-	if (a->type == GGUF_FLOAT32 || a->type == GGUF_FLOAT64)
-		return (int64_t)kv.v.f64;
-	return is_signed(a->type) ? kv.v.i64 : (int64_t)kv.v.u64;
+	if (a->type == GGUF_FLOAT32 || a->type == GGUF_FLOAT64) {
+		/* a float array read as integers: saturate, NaN is 0 */
+		double d = kv.v.f64;
+		if (!(d == d))
+			return 0;
+		if (d >= 9.2e18)
+			return INT64_MAX;
+		if (d <= -9.2e18)
+			return INT64_MIN;
+		return (int64_t)d;
+	}
+	if (is_signed(a->type))
+		return kv.v.i64;
+	return kv.v.u64 > INT64_MAX ? INT64_MAX : (int64_t)kv.v.u64;
 }
 
 double gguf_arr_f64(const struct gguf_array *a, uint64_t i)
