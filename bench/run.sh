@@ -1,0 +1,358 @@
+#!/bin/sh
+# bench/run.sh — `make bench`: pagoda against llama.cpp on the same GGUF
+# files and the same threads, the engines alternating (A B A B ...) so that
+# both see the same machine load; ratios are medians of per-round ratios.
+#
+# Environment:
+#   BENCH_QUICK=1       a short smoke run: tiny models, one round, small sizes,
+#                       never installs or builds llama.cpp (uses it if present)
+#   BENCH_ROUNDS=N      rounds of the alternating prefill/decode pairs (default 3)
+#   BENCH_THREADS=N     threads for both engines (default 2)
+#   LLAMA_CPP_BIN=DIR   use llama-bench / llama-batched-bench from DIR instead
+#                       of building build/llama.cpp from node-llama-cpp's source
+#   BENCH_NO_LLAMA=1    measure pagoda alone
+#   BENCH_BUILD_LLAMA=0 do not build llama.cpp natively (node-llama-cpp alone, if installed)
+#   BENCH_PP, BENCH_TG, BENCH_SWEEP ("1 4 16 64"), BENCH_SW_PP, BENCH_SW_TG,
+#   BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N, BENCH_PFX_ROUNDS:
+#                       override the sizes (for a machine too loaded for the defaults;
+#                       the log prints the sizes used)
+#
+# Output: this log (also in build/bench/results-*.txt) and every raw
+# measurement as JSON lines in build/bench/results-*.jsonl.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+B=${PAGODA_BUILD:-$ROOT/build}
+QUICK=${BENCH_QUICK:-0}
+T=${BENCH_THREADS:-2}
+NLC=node-llama-cpp@3.21.1
+W=$B/bench
+mkdir -p "$W" "$B/models"
+STAMP=$(date +%Y%m%d-%H%M%S)
+RES=$W/results-$STAMP.txt
+JS=$W/results-$STAMP.jsonl
+: >"$RES"
+: >"$JS"
+ln -sf "results-$STAMP.txt" "$W/latest.txt"
+ln -sf "results-$STAMP.jsonl" "$W/latest.jsonl"
+T_START=$(date +%s)
+
+say() { printf '%s\n' "$*" | tee -a "$RES"; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+elapsed() { echo $(($(date +%s) - T_START)); }
+record() { printf '%s\n' "$*" >>"$JS"; }
+# jget KEY JSON: a top-level number; jsub OBJ KEY JSON: a number inside "OBJ":{...}
+jget() { printf '%s' "$2" | sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n1; }
+jsub() { printf '%s' "$3" | sed -n "s/.*\"$1\":{[^}]*\"$2\":\([-0-9.e+]*\).*/\1/p" | head -n1; }
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "NA"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a=="" || b=="" || a=="NA" || b=="NA" || b+0==0) print "NA"; else printf "%.3f\n", a/b }'; }
+maxof() { awk -v a="$1" -v b="$2" 'BEGIN { if (a=="" || a=="NA") print b; else if (b=="" || b=="NA") print a; else print (a+0>b+0?a:b) }'; }
+fmt() { awk -v a="$1" 'BEGIN { if (a=="" || a=="NA") print "NA"; else printf "%.2f\n", a }'; }
+
+for bin in pagoda pagodad pagoda-bench pagoda-mkmodel; do
+	[ -x "$B/$bin" ] || { echo "bench: $B/$bin is missing: run make first" >&2; exit 1; }
+done
+
+# ---- settings ---------------------------------------------------------------
+if [ "$QUICK" = 1 ]; then
+	ROUNDS=1 PP=64 TG=32 SWEEP="1 4" SW_PP=16 SW_TG=16
+	PFX=256 PFX_SUF=16 PFX_N=4 PFX_C=2 RTT_N=2000 ST_K=16 ST_TG=64 PFX_ROUNDS=1
+else
+	ROUNDS=3 PP=512 TG=128 SWEEP="1 4 16 64" SW_PP=64 SW_TG=64
+	PFX=384 PFX_SUF=16 PFX_N=6 PFX_C=2 RTT_N=20000 ST_K=32 ST_TG=256 PFX_ROUNDS=2
+fi
+
+ROUNDS=${BENCH_ROUNDS:-$ROUNDS} PP=${BENCH_PP:-$PP} TG=${BENCH_TG:-$TG} SWEEP=${BENCH_SWEEP:-$SWEEP}
+SW_PP=${BENCH_SW_PP:-$SW_PP} SW_TG=${BENCH_SW_TG:-$SW_TG}
+PFX=${BENCH_PFX:-$PFX} PFX_SUF=${BENCH_PFX_SUF:-$PFX_SUF} PFX_N=${BENCH_PFX_N:-$PFX_N} PFX_ROUNDS=${BENCH_PFX_ROUNDS:-$PFX_ROUNDS}
+say "# pagoda make bench, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n)"
+say "cpu: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1), $(nproc) cores; threads $T; quick=$QUICK, rounds $ROUNDS; prefill $PP, decode $TG, sweep \"$SWEEP\" x ($SW_PP + $SW_TG)"
+say "git: $(git rev-parse --short HEAD 2>/dev/null || echo ?) $(git status --porcelain 2>/dev/null | grep -q . && echo '(uncommitted changes)')"
+say "load at start: $(loadavg)"
+
+# ---- models -----------------------------------------------------------------
+mkmodel() { # OUT ARGS...
+	out=$1
+	shift
+	[ -s "$out" ] && return 0
+	say "making $out"
+	"$B/pagoda-mkmodel" "$@" -o "$out.tmp" >/dev/null 2>>"$W/mkmodel.log" && mv "$out.tmp" "$out"
+}
+if [ "$QUICK" = 1 ]; then
+	M8=$B/models/tiny-q8_0.gguf M4=$B/models/tiny-q4_0.gguf
+	mkmodel "$M8" --preset tiny --type Q8_0 || exit 1
+	mkmodel "$M4" --preset tiny --type Q4_0 || exit 1
+else
+	M8=$B/models/tinyllama-1.1b-q8_0.gguf M4=$B/models/tinyllama-1.1b-q4_0.gguf
+	mkmodel "$M8" --preset tinyllama-1.1b --type Q8_0 || exit 1
+	mkmodel "$M4" --preset tinyllama-1.1b --type Q4_0 || exit 1
+fi
+MT=$B/models/tiny-f32.gguf
+mkmodel "$MT" --preset tiny || exit 1
+
+# ---- llama.cpp ----------------------------------------------------------------
+LLAMA_BIN= NODE_MODS=
+if [ "${BENCH_NO_LLAMA:-0}" != 1 ]; then
+	if [ -d "$B/npm/node_modules/node-llama-cpp" ]; then
+		NODE_MODS=$B/npm/node_modules
+	elif [ "$QUICK" = 1 ]; then
+		say "llama.cpp: node-llama-cpp is not installed and a quick run installs nothing"
+	elif command -v npm >/dev/null 2>&1; then
+		say "llama.cpp: npm install --prefix $B/npm $NLC"
+		if npm install --prefix "$B/npm" --no-audit --no-fund "$NLC" >"$W/npm-install.log" 2>&1; then
+			NODE_MODS=$B/npm/node_modules
+		else
+			say "llama.cpp: npm install failed (see $W/npm-install.log): no llama.cpp figures from it"
+		fi
+	else
+		say "llama.cpp: npm is not available: skipping node-llama-cpp (install npm, or set LLAMA_CPP_BIN)"
+	fi
+	[ -n "$NODE_MODS" ] && ! command -v node >/dev/null 2>&1 && NODE_MODS= && say "llama.cpp: node is missing"
+
+	if [ -n "${LLAMA_CPP_BIN:-}" ]; then
+		if [ -x "$LLAMA_CPP_BIN/llama-bench" ] && [ -x "$LLAMA_CPP_BIN/llama-batched-bench" ]; then
+			LLAMA_BIN=$LLAMA_CPP_BIN
+		else
+			say "llama.cpp: LLAMA_CPP_BIN=$LLAMA_CPP_BIN lacks llama-bench or llama-batched-bench: ignored"
+		fi
+	fi
+	LB=$B/llama.cpp/build/bin
+	if [ -z "$LLAMA_BIN" ] && [ -x "$LB/llama-bench" ] && [ -x "$LB/llama-batched-bench" ]; then
+		LLAMA_BIN=$LB
+	fi
+	if [ -z "$LLAMA_BIN" ] && [ "$QUICK" != 1 ] && [ -n "$NODE_MODS" ] && [ "${BENCH_BUILD_LLAMA:-1}" != 0 ]; then
+		BUNDLE=$NODE_MODS/node-llama-cpp/llama/gitRelease.bundle
+		if ! command -v cmake >/dev/null 2>&1 || ! command -v git >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+			say "llama.cpp: cmake, git or c++ missing: no native build (apt-get install cmake g++ git)"
+		elif [ -f "$BUNDLE" ]; then
+			say "llama.cpp: building the source node-llama-cpp carries into $B/llama.cpp (once; takes a while)"
+			t0=$(date +%s)
+			{ [ -d "$B/llama.cpp/.git" ] || git clone -q "$BUNDLE" "$B/llama.cpp"; } &&
+				cmake -S "$B/llama.cpp" -B "$B/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+					-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >"$W/llama-build.log" 2>&1 &&
+				cmake --build "$B/llama.cpp/build" --target llama-bench llama-batched-bench -j "$(nproc)" \
+					>>"$W/llama-build.log" 2>&1
+			if [ -x "$LB/llama-bench" ] && [ -x "$LB/llama-batched-bench" ]; then
+				LLAMA_BIN=$LB
+				say "llama.cpp: built in $(($(date +%s) - t0)) s"
+			else
+				say "llama.cpp: the native build failed (see $W/llama-build.log)"
+			fi
+		fi
+	fi
+fi
+say "llama.cpp native: ${LLAMA_BIN:-none}; node-llama-cpp prebuilt: $([ -n "$NODE_MODS" ] && echo "$NODE_MODS/node-llama-cpp" || echo none)"
+
+# ---- daemons ----------------------------------------------------------------
+DAEMON_PIDS=
+SOCKDIR=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-bench.XXXXXX")
+cleanup() {
+	for p in $DAEMON_PIDS; do kill -KILL "$p" 2>/dev/null; done
+	for p in $DAEMON_PIDS; do wait "$p" 2>/dev/null; done
+	rm -rf "$SOCKDIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+start_daemon() { # NAME MODEL FLAGS...: sets SOCK
+	name=$1 model=$2
+	shift 2
+	SOCK=$SOCKDIR/$name.sock
+	"$B/pagodad" --model "$model" --socket "$SOCK" "$@" 2>"$W/pagodad-$name.log" &
+	DAEMON_PIDS="$DAEMON_PIDS $!"
+	i=0
+	until "$B/pagoda" ping --socket "$SOCK" >/dev/null 2>&1; do
+		i=$((i + 1))
+		if [ $i -gt 600 ] || ! kill -0 $! 2>/dev/null; then
+			say "pagodad $name did not start (see $W/pagodad-$name.log)"
+			exit 1
+		fi
+		sleep 0.2
+	done
+	# One small request first: the first forward pass faults the mapped
+	# weights in, which is start-up cost, not serving cost.
+	"$B/pagoda-bench" load --socket "$SOCK" -q -c 1 -n 1 -p 8 -o 2 >/dev/null 2>&1
+}
+
+# ---- memory bandwidth ---------------------------------------------------------
+cc -O2 -march=native -pthread -o "$W/membw" bench/membw.c 2>>"$W/membw-build.log" ||
+	cc -O2 -pthread -o "$W/membw" bench/membw.c
+BW=NA
+if [ -x "$W/membw" ]; then
+	MB=$("$W/membw" "$T" "$([ "$QUICK" = 1 ] && echo 256 || echo 1024)" 10)
+	record "{\"what\":\"membw\",\"load\":\"$(loadavg)\",\"r\":$MB}"
+	BW=$(jget best_gbs "$MB")
+	say "memory bandwidth, $T threads reading: best $(fmt "$BW") GB/s, median $(fmt "$(jget median_gbs "$MB")") GB/s (load $(loadavg))"
+fi
+
+# ---- prompt of exactly PP tokens (with BOS) for pagoda run / generate ----------
+make_prompt() { # MODEL N OUT
+	k=$2
+	for _ in 1 2 3 4 5 6; do
+		awk -v k="$k" 'BEGIN { for (i = 0; i < k; i++) printf " the"; printf "\n" }' >"$3"
+		c=$("$B/pagoda" tokenize -m "$1" --bos <"$3" | wc -w)
+		[ "$c" -eq "$2" ] && return 0
+		k=$((k - (c - $2)))
+		[ $k -lt 1 ] && k=1
+	done
+	return 0
+}
+
+# ---- prefill and decode: pagoda run, pagoda generate, llama-bench, node ------------
+pagoda_run() { # MODEL PROMPTFILE -> "n_prompt pp_tok_s n_gen tg_tok_s ttft_ms"
+	"$B/pagoda" run -m "$1" -f "$2" -n "$TG" -t "$T" --temp 0 --ids 2>&1 >/dev/null |
+		sed -n 's/.*prompt \([0-9]*\) tokens, \([0-9.]*\) tok\/s | generated \([0-9]*\) tokens, \([0-9.]*\) tok\/s | TTFT \([0-9.]*\) ms.*/\1 \2 \3 \4 \5/p'
+}
+pagoda_gen() { # SOCK PROMPTFILE -> "n_prompt n_gen tg_tok_s ttft_ms"
+	"$B/pagoda" generate --socket "$1" -f "$2" -n "$TG" --temp 0 --ids --timings 2>&1 >/dev/null |
+		sed -n 's/.*prompt \([0-9]*\) tokens ([0-9]* cached) | generated \([0-9]*\) tokens, \([0-9.]*\) tok\/s | TTFT \([0-9.]*\) ms.*/\1 \2 \3 \4/p'
+}
+llama_bench() { # MODEL -> "pp_tok_s tg_tok_s"
+	out=$("$LLAMA_BIN/llama-bench" -m "$1" -t "$T" -p "$PP" -n "$TG" -r 1 -o jsonl 2>>"$W/llama-bench.err")
+	record "{\"what\":\"llama-bench\",\"model\":\"$1\",\"load\":\"$(loadavg)\"}"
+	printf '%s\n' "$out" >>"$JS"
+	pp=$(printf '%s\n' "$out" | grep "\"n_prompt\": *$PP, *\"n_gen\": *0" | head -n1)
+	tg=$(printf '%s\n' "$out" | grep "\"n_prompt\": *0, *\"n_gen\": *$TG" | head -n1)
+	echo "$(jget avg_ts "$pp") $(jget avg_ts "$tg")"
+}
+llama_node() { # MODEL -> "pp_tok_s tg_tok_s"
+	nv=$("$B/pagoda" info -m "$1" 2>/dev/null | sed -n 's/.*vocab \([0-9]*\).*/\1/p' | tail -n1)
+	out=$(node bench/llama_node.mjs "$NODE_MODS" "$1" "$T" "$PP" "$TG" 1 "${nv:-32000}" 2>>"$W/llama-node.err" | tail -n1)
+	record "$out"
+	echo "$(jget pp_tok_s "$out") $(jget tg_tok_s "$out")"
+}
+
+start_daemon nocache "$M8" --threads "$T" --max-seqs 64 --no-prefix-cache
+SOCK_NOCACHE=$SOCK
+start_daemon cache "$M8" --threads "$T" --max-seqs 64
+SOCK_CACHE=$SOCK
+
+SUMMARY=$W/summary-$STAMP.txt
+: >"$SUMMARY"
+for M in "$M8" "$M4"; do
+	mname=$(basename "$M" .gguf)
+	PF=$W/prompt-$mname.txt
+	make_prompt "$M" "$PP" "$PF"
+	GIB=$(awk -v s="$(stat -c %s "$M")" 'BEGIN { printf "%.2f", s / 1073741824 }')
+	say ""
+	say "## prefill ($PP-token prompt) and decode ($TG tokens), $mname ($GIB GiB), $T threads, $ROUNDS rounds"
+	say "round | load | pagoda run pp / tg | pagoda generate tg, TTFT | llama-bench pp / tg | node-llama-cpp pp / tg"
+	: >"$W/rounds-$mname.txt"
+	r=1
+	while [ $r -le "$ROUNDS" ]; do
+		ld=$(loadavg | cut -d' ' -f1)
+		set -- $(pagoda_run "$M" "$PF")
+		p_np=${1:-NA} p_pp=${2:-NA} p_ng=${3:-NA} p_tg=${4:-NA} p_ttft=${5:-NA}
+		g_tg=NA g_ttft=NA
+		if [ "$M" = "$M8" ]; then
+			set -- $(pagoda_gen "$SOCK_NOCACHE" "$PF")
+			g_tg=${3:-NA} g_ttft=${4:-NA}
+		fi
+		l_pp=NA l_tg=NA n_pp=NA n_tg=NA
+		if [ -n "$LLAMA_BIN" ]; then
+			set -- $(llama_bench "$M")
+			l_pp=${1:-NA} l_tg=${2:-NA}
+		fi
+		if [ -n "$NODE_MODS" ]; then
+			set -- $(llama_node "$M")
+			n_pp=${1:-NA} n_tg=${2:-NA}
+		fi
+		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"ttft_ms\":\"$p_ttft\"},\"pagoda_generate\":{\"tg\":\"$g_tg\",\"ttft_ms\":\"$g_ttft\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg\":\"$l_tg\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
+		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$g_tg"), $(fmt "$g_ttft") ms | $(fmt "$l_pp") / $(fmt "$l_tg") | $(fmt "$n_pp") / $(fmt "$n_tg")"
+		best_pp=$(maxof "$l_pp" "$n_pp") best_tg=$(maxof "$l_tg" "$n_tg")
+		echo "$p_pp $p_tg $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg" "$best_tg") $(ratio "$g_tg" "$p_tg") $(ratio "$g_ttft" "$p_ttft") $l_pp $l_tg $n_pp $n_tg" >>"$W/rounds-$mname.txt"
+		r=$((r + 1))
+	done
+	col() { awk -v c="$1" '$c != "NA" { print $c }' "$W/rounds-$mname.txt" | median; }
+	mp=$(col 1) mt=$(col 2) lp=$(col 3) lt=$(col 4) rp=$(col 5) rt=$(col 6) rg=$(col 7) rttft=$(col 8)
+	say "median pagoda: prefill $(fmt "$mp") tok/s, decode $(fmt "$mt") tok/s; llama.cpp (the stronger per round): prefill $(fmt "$lp"), decode $(fmt "$lt")"
+	say "median per-round ratios pagoda / llama.cpp: prefill ${rp}x (target >= 1.5), decode ${rt}x (target >= 1.1)"
+	say "  llama.cpp medians: llama-bench native pp $(fmt "$(col 9)") tg $(fmt "$(col 10)"); node-llama-cpp prebuilt pp $(fmt "$(col 11)") tg $(fmt "$(col 12)")"
+	if [ "$BW" != NA ]; then
+		# Bytes one decode step reads: every weight but the token embedding table (one row of it).
+		WB=$("$B/pagoda" info -m "$M" --tensors 2>/dev/null | awk '/token_embd/ { next } { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/ && $(i+1) == "bytes") s += $i } END { print s + 0 }')
+		[ "${WB:-0}" -gt 0 ] 2>/dev/null || WB=$(stat -c %s "$M")
+		lim=$(awk -v bw="$BW" -v wb="$WB" 'BEGIN { printf "%.2f", bw * 1e9 / wb }')
+		frac=$(awk -v t="$mt" -v l="$lim" 'BEGIN { if (t == "NA") print "NA"; else printf "%.1f", 100 * t / l }')
+		lfrac=$(awk -v t="$lt" -v l="$lim" 'BEGIN { if (t == "NA") print "NA"; else printf "%.1f", 100 * t / l }')
+		say "bandwidth limit: $(fmt "$BW") GB/s / $(awk -v w="$WB" 'BEGIN { printf "%.3f", w / 1e9 }') GB per token = $lim tok/s; pagoda decode reaches ${frac}% (target >= 90% for Q8_0), llama.cpp ${lfrac}%"
+	fi
+	if [ "$M" = "$M8" ]; then
+		say "pagoda generate (daemon) / pagoda run, median of rounds: decode ${rg}x, TTFT ${rttft}x (target: within 3%)"
+	fi
+	echo "$mname pp_ratio=$rp tg_ratio=$rt pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt gen_over_run=$rg" >>"$SUMMARY"
+done
+
+# ---- concurrency sweep ------------------------------------------------------------
+say ""
+say "## concurrency sweep, $(basename "$M8" .gguf): N streams x 1 request, prompt $SW_PP, output $SW_TG (pagoda-bench vs llama-batched-bench -npp $SW_PP -ntg $SW_TG)"
+say "N | load | pagoda out tok/s (wall) | pagoda decode tok/s (sum of streams) | TTFT p50/p99 ms | ITL p50/p99 ms | llama S_TG | llama S (all) | decode ratio"
+i=0
+for N in $SWEEP; do
+	ld=$(loadavg | cut -d' ' -f1)
+	run_pagoda_sweep() {
+		PJ=$("$B/pagoda-bench" load --socket "$SOCK_CACHE" -q --json -c "$N" -n "$N" -p "$SW_PP" -o "$SW_TG" --seed "$N" --label "sweep-$N")
+		record "$PJ"
+	}
+	run_llama_sweep() {
+		LJ=
+		[ -n "$LLAMA_BIN" ] || return 0
+		LJ=$("$LLAMA_BIN/llama-batched-bench" -m "$M8" -c $((N * (SW_PP + SW_TG) + 256)) -b 2048 -ub 512 \
+			-npp "$SW_PP" -ntg "$SW_TG" -npl "$N" -t "$T" -tb "$T" --output-format jsonl 2>>"$W/llama-batched.err" | grep '"speed_tg"' | tail -n1)
+		record "{\"what\":\"llama-batched-bench\",\"npl\":$N,\"r\":${LJ:-null}}"
+	}
+	# alternate which engine goes first
+	if [ $((i % 2)) -eq 0 ]; then run_pagoda_sweep; run_llama_sweep; else run_llama_sweep; run_pagoda_sweep; fi
+	i=$((i + 1))
+	pout=$(jget output_tok_per_s "$PJ") pdec=$(jget sum_stream_decode_tok_per_s "$PJ")
+	lstg=$(jget speed_tg "$LJ") ls=$(jget speed "$LJ")
+	say "$N | $ld | $(fmt "$pout") | $(fmt "$pdec") | $(fmt "$(jsub ttft_ms p50 "$PJ")") / $(fmt "$(jsub ttft_ms p99 "$PJ")") | $(fmt "$(jsub itl_ms p50 "$PJ")") / $(fmt "$(jsub itl_ms p99 "$PJ")") | $(fmt "$lstg") | $(fmt "$ls") | $(ratio "$pdec" "$lstg") (wall: $(ratio "$pout" "$lstg"))"
+	echo "sweep$N pagoda_out=$pout pagoda_decode=$pdec llama_tg=$lstg ratio=$(ratio "$pdec" "$lstg")" >>"$SUMMARY"
+done
+say "(target at 16 streams: pagoda >= 2x llama.cpp's batched decode)"
+
+# ---- shared-prefix TTFT, prefix cache on vs off --------------------------------------
+say ""
+say "## shared prefix: $PFX_N requests on $PFX_C streams, prefix $PFX + distinct $PFX_SUF tokens, output 4; prefix cache on vs off (alternating)"
+say "round | load | cache on TTFT p50 / p99 ms, hit rate | cache off TTFT p50 / p99 ms, hit rate | off/on p50"
+: >"$W/prefix.txt"
+r=1
+while [ $r -le "$PFX_ROUNDS" ]; do
+	ld=$(loadavg | cut -d' ' -f1)
+	# A fresh prefix each round (the seed), so that the cached daemon starts cold.
+	ON=$("$B/pagoda-bench" load --socket "$SOCK_CACHE" -q --json -c "$PFX_C" -n "$PFX_N" --prefix-len "$PFX" -p "$PFX_SUF" -o 4 --seed $((100 + r)) --label prefix-on)
+	OFF=$("$B/pagoda-bench" load --socket "$SOCK_NOCACHE" -q --json -c "$PFX_C" -n "$PFX_N" --prefix-len "$PFX" -p "$PFX_SUF" -o 4 --seed $((100 + r)) --label prefix-off)
+	record "$ON"
+	record "$OFF"
+	a=$(jsub ttft_ms p50 "$ON") b=$(jsub ttft_ms p50 "$OFF")
+	say "$r | $ld | $(fmt "$a") / $(fmt "$(jsub ttft_ms p99 "$ON")"), $(jget prefix_hit_rate "$ON") | $(fmt "$b") / $(fmt "$(jsub ttft_ms p99 "$OFF")"), $(jget prefix_hit_rate "$OFF") | $(ratio "$b" "$a")x"
+	echo "$(ratio "$b" "$a")" >>"$W/prefix.txt"
+	r=$((r + 1))
+done
+say "median TTFT off/on: $(median <"$W/prefix.txt")x"
+
+# ---- IPC: ring vs unix socket, and one client's receive rate ----------------------------
+say ""
+say "## IPC round trip (daemon idle, $(basename "$M8" .gguf) loaded): $RTT_N empty requests each, alternating blocks (load $(loadavg))"
+RJ=$("$B/pagoda-bench" rtt --socket "$SOCK_CACHE" -q --json -n "$RTT_N")
+record "$RJ"
+say "rings (pagoda_nop): p50 $(fmt "$(jsub ring_us p50 "$RJ")") us, p99 $(fmt "$(jsub ring_us p99 "$RJ")") us | AF_UNIX echo (SQE/CQE-sized messages): p50 $(fmt "$(jsub unix_us p50 "$RJ")") us, p99 $(fmt "$(jsub unix_us p99 "$RJ")") us | ring/socket p50 $(jget ratio_p50 "$RJ")x, p99 $(jget ratio_p99 "$RJ")x"
+kill $DAEMON_PIDS 2>/dev/null
+for p in $DAEMON_PIDS; do wait "$p" 2>/dev/null; done
+DAEMON_PIDS=
+start_daemon stream "$MT" --threads 1 --max-seqs 64
+say ""
+say "## one client's receive rate: $ST_K requests x $ST_TG tokens on one connection, tiny model (1 daemon thread) (load $(loadavg))"
+S1=$("$B/pagoda-bench" stream --socket "$SOCK" -q --json -k "$ST_K" -o "$ST_TG")
+# Few enough tokens that the daemon produces them all during the stall: the
+# read phase then measures how fast one client drains a backlog.
+S2=$("$B/pagoda-bench" stream --socket "$SOCK" -q --json -k 16 -o 64 --stall 5000)
+record "$S1"
+record "$S2"
+say "reading as tokens come: client $(fmt "$(jget recv_tok_per_s "$S1")") tok/s, daemon produced $(fmt "$(jget daemon_tok_per_s "$S1")") tok/s, mismatched tokens $(jget mismatched_tokens "$S1")"
+say "16 x 64 tokens, client stalled 5 s first (CQ full, daemon holds the rest): read phase $(fmt "$(jget read_phase_tok_per_s "$S2")") tok/s, daemon produced $(fmt "$(jget daemon_tok_per_s "$S2")") tok/s, mismatched tokens $(jget mismatched_tokens "$S2")"
+
+say ""
+say "load at end: $(loadavg); total $(elapsed) s"
+say "summary:"
+tee -a "$RES" <"$SUMMARY"
+say "log: $RES, raw: $JS"
