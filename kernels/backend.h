@@ -74,5 +74,12 @@ void pg_f32_to_f16_row(const float *x, pg_f16 *y, int64_t n);
 void pg_f16_to_f32_row(const pg_f16 *x, float *y, int64_t n);
 /* dot of two f16 rows, f32 products and accumulation (ggml_vec_dot_f16). */
 float pg_dot_f16(const pg_f16 *a, const pg_f16 *b, int64_t n);
+/* An f16 accumulator row, updated element by element with one rounding to
+ * f16 per step (ggml's flash attention on an f16 V cache):
+ *   pg_f16_scale_row: acc[i] = f16(f32(acc[i]) * s)
+ *   pg_f16_fma_row:   acc[i] = f16(fmaf(f32(v[i]), s, f32(acc[i])))
+ * The same bits on every ISA. */
+void pg_f16_scale_row(pg_f16 *acc, float s, int64_t n);
+void pg_f16_fma_row(pg_f16 *acc, const pg_f16 *v, float s, int64_t n);
 
 #endif

@@ -161,13 +161,11 @@ static void attend_one(const struct attn_job *j, const pg_f16 *q16, const struct
 			float m_old = M;
 			M = sc;
 			ms = expf(m_old - M);
-			for (int d = 0; d < hd; d++)
-				acc[d] = pg_f32_to_f16(pg_f16_to_f32(acc[d]) * ms);
+			pg_f16_scale_row(acc, ms, hd);
 		} else {
 			vs = expf(sc - M);
 		}
-		for (int d = 0; d < hd; d++)
-			acc[d] = pg_f32_to_f16(fmaf(pg_f16_to_f32(vr[d]), vs, pg_f16_to_f32(acc[d])));
+		pg_f16_fma_row(acc, vr, vs, hd);
 		S = S * ms + vs;
 	}
 	const float inv = S == 0.0f ? 0.0f : 1.0f / S;

@@ -42,6 +42,8 @@ struct pg_kern {
 	void (*f32_to_f16)(const float *x, pg_f16 *y, int64_t n);
 	void (*f16_to_f32)(const pg_f16 *x, float *y, int64_t n);
 	float (*dot_f16)(const pg_f16 *a, const pg_f16 *b, int64_t n);
+	void (*f16_scale)(pg_f16 *acc, float s, int64_t n);
+	void (*f16_fma)(pg_f16 *acc, const pg_f16 *v, float s, int64_t n);
 };
 
 extern const struct pg_kern pg_kern_scalar;
@@ -60,6 +62,10 @@ void pg_softmax_avx512(float *x, int64_t n);
 void pg_swiglu_avx512(float *out, const float *g, const float *u, int64_t n);
 void pg_f32_to_f16_avx512(const float *x, pg_f16 *y, int64_t n);
 void pg_f16_to_f32_avx512(const pg_f16 *x, float *y, int64_t n);
+void pg_f16_scale_avx2(pg_f16 *acc, float s, int64_t n);
+void pg_f16_fma_avx2(pg_f16 *acc, const pg_f16 *v, float s, int64_t n);
+void pg_f16_scale_avx512(pg_f16 *acc, float s, int64_t n);
+void pg_f16_fma_avx512(pg_f16 *acc, const pg_f16 *v, float s, int64_t n);
 
 /* The table in use (dispatch.c). */
 const struct pg_kern *pg_kern_get(void);

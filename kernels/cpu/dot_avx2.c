@@ -126,6 +126,7 @@ const struct pg_kern pg_kern_avx2 = {
 	},
 	.gemv8 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,
+		[PG_TYPE_Q8_0] = gemv8_q8_0,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 	},
 	.from_float = {
@@ -141,4 +142,6 @@ const struct pg_kern pg_kern_avx2 = {
 	.f32_to_f16 = pg_f32_to_f16_avx2,
 	.f16_to_f32 = pg_f16_to_f32_avx2,
 	.dot_f16 = dot_f16_rows,
+	.f16_scale = pg_f16_scale_avx2,
+	.f16_fma = pg_f16_fma_avx2,
 };

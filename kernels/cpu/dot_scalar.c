@@ -413,6 +413,18 @@ static float dot_f16_rows(const pg_f16 *a, const pg_f16 *b, int64_t n)
 	return dot_f16(n, a, b);
 }
 
+static void f16_scale_scalar(pg_f16 *acc, float s, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		acc[i] = pg_f32_to_f16(pg_f16_to_f32(acc[i]) * s);
+}
+
+static void f16_fma_scalar(pg_f16 *acc, const pg_f16 *v, float s, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		acc[i] = pg_f32_to_f16(fmaf(pg_f16_to_f32(v[i]), s, pg_f16_to_f32(acc[i])));
+}
+
 const struct pg_kern pg_kern_scalar = {
 	.name = "scalar",
 	.gemv = {
@@ -445,4 +457,6 @@ const struct pg_kern pg_kern_scalar = {
 	.f32_to_f16 = f32_to_f16_scalar,
 	.f16_to_f32 = f16_to_f32_scalar,
 	.dot_f16 = dot_f16_rows,
+	.f16_scale = f16_scale_scalar,
+	.f16_fma = f16_fma_scalar,
 };

@@ -386,8 +386,9 @@ ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size
 		const block_q6_K *b = w + i;
 		const float dw = f16s(b->d);
 		const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-		__m256i isum[PG_MAX_NR];
+		__m256i isum[PG_MAX_NR], isum2[PG_MAX_NR];
 		for (int r = 0; r < nr; r++) {
+			isum2[r] = _mm256_setzero_si256();
 			const __m256i bsum = _mm256_loadu_si256((const __m256i *)XROW(block_q8_K, x, bx, r)[i].bsums);
 			isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
 						   _mm256_slli_epi32(_mm256_madd_epi16(bsum, sc16), 5));
@@ -410,14 +411,16 @@ ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size
 				scv[j] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
 			for (int r = 0; r < nr; r++) {
 				const int8_t *y = XROW(block_q8_K, x, bx, r)[i].qs + 128 * h;
-				for (int j = 0; j < 4; j++)
-					isum[r] = dot_us8_scaled(isum[r], q[j],
-								 _mm256_loadu_si256((const __m256i *)(y + 32 * j)), scv[j]);
+				/* two exact integer chains, joined below */
+				isum[r] = dot_us8_scaled(isum[r], q[0], _mm256_loadu_si256((const __m256i *)y), scv[0]);
+				isum2[r] = dot_us8_scaled(isum2[r], q[1], _mm256_loadu_si256((const __m256i *)(y + 32)), scv[1]);
+				isum[r] = dot_us8_scaled(isum[r], q[2], _mm256_loadu_si256((const __m256i *)(y + 64)), scv[2]);
+				isum2[r] = dot_us8_scaled(isum2[r], q[3], _mm256_loadu_si256((const __m256i *)(y + 96)), scv[3]);
 			}
 		}
 		for (int r = 0; r < nr; r++)
 			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * XROW(block_q8_K, x, bx, r)[i].d),
-						 _mm256_cvtepi32_ps(isum[r]), acc[r]);
+						 _mm256_cvtepi32_ps(_mm256_add_epi32(isum[r], isum2[r])), acc[r]);
 	}
 	for (int r = 0; r < nr; r++)
 		s[(size_t)r * bs] = hsum_ps(acc[r]);
@@ -499,6 +502,82 @@ ALWAYS_INLINE void q4_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 	#pragma GCC unroll 8
 	for (int r = 0; r < nr; r++)
 		_mm256_storeu_ps(s + (size_t)r * bs, acc[r]);
+}
+
+/* Q8_0, eight weight rows at a time, in ggml_vec_dot_q8_0_q8_0's order
+ * (the same as q8_0_tile: per output one 8-lane accumulator, acc =
+ * fma(dw*dx, (float)lane sums, acc) block after block, then hsum_ps). Only
+ * the tiling differs: 4 weight rows x nr activation rows in registers, each
+ * weight block loaded once per tile and each activation block once per 4
+ * weight rows. With VNNI the activations are made unsigned (y + 128) and
+ * the 128·Σw of each lane is taken back out through the accumulator start,
+ * exact in integers, so one vpdpbusd gives the lane sums. */
+ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
+				float *s, size_t bs)
+{
+	const int64_t nb = k / QK8_0;
+#ifdef PG_X86_VNNI
+	const __m256i u128 = _mm256_set1_epi8((char)0x80);
+#endif
+	/* dw*dx of the tile's pairs, computed 4 at a time and read back as
+	 * broadcast operands of the FMAs (each the same float product). */
+	float sc[4 * PG_MAX_NR] __attribute__((aligned(16)));
+	for (int j0 = 0; j0 < 8; j0 += 4) {
+		__m256 acc[4][PG_MAX_NR];
+		#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++)
+			#pragma GCC unroll 4
+			for (int r = 0; r < nr; r++)
+				acc[j][r] = _mm256_setzero_ps();
+		const block_q8_0 *w0 = WROW(block_q8_0, w, bw, j0);
+		for (int64_t i = 0; i < nb; i++) {
+			__m256i wq[4], wc[4];
+			#pragma GCC unroll 4
+			for (int j = 0; j < 4; j++) {
+				const block_q8_0 *b = WROW(block_q8_0, w0, bw, j) + i;
+				_mm_prefetch((const char *)b + 8 * bw, _MM_HINT_T0);
+				wq[j] = _mm256_loadu_si256((const __m256i *)b->qs);
+#ifdef PG_X86_VNNI
+				wc[j] = _mm256_sub_epi32(_mm256_setzero_si256(),
+							 _mm256_dpbusd_epi32(_mm256_setzero_si256(), u128, wq[j]));
+#else
+				wc[j] = _mm256_sign_epi8(wq[j], wq[j]);
+#endif
+			}
+			__m128i dwh = _mm_cvtsi32_si128(w0[i].d);
+			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 1)[i].d, 1);
+			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 2)[i].d, 2);
+			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 3)[i].d, 3);
+			const __m128 dw = _mm_cvtph_ps(dwh);
+			#pragma GCC unroll 4
+			for (int r = 0; r < nr; r++)
+				_mm_store_ps(sc + 4 * r, _mm_mul_ps(dw, _mm_set1_ps(f16s(XROW(block_q8_0, x, bx, r)[i].d))));
+			__asm__ volatile("" : : "r"(sc) : "memory");
+			#pragma GCC unroll 4
+			for (int r = 0; r < nr; r++) {
+				const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
+				const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);
+#ifdef PG_X86_VNNI
+				const __m256i yu = _mm256_xor_si256(y, u128);
+#endif
+				#pragma GCC unroll 4
+				for (int j = 0; j < 4; j++) {
+#ifdef PG_X86_VNNI
+					const __m256i p = _mm256_dpbusd_epi32(wc[j], yu, wq[j]);
+#else
+					const __m256i p = dot_us8(_mm256_setzero_si256(), wc[j], _mm256_sign_epi8(y, wq[j]));
+#endif
+					acc[j][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + 4 * r + j), _mm256_cvtepi32_ps(p),
+								    acc[j][r]);
+				}
+			}
+		}
+		#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++)
+			#pragma GCC unroll 4
+			for (int j = 0; j < 4; j++)
+				s[(size_t)r * bs + j0 + j] = hsum_ps(acc[j][r]);
+	}
 }
 
 /* Per super-block: isum = Σ scale·(q·y) and msum = Σ min·(sum of 32 y),
@@ -601,6 +680,7 @@ X86_GEMV(q6_K, C_Q6_K)
 		}                                                                                     \
 	}
 X86_GEMV8(q4_0, q4_0_x8_tile)
+X86_GEMV8(q8_0, q8_0_x8_tile)
 X86_GEMV8(q4_K, q4_K_x8_tile)
 
 #endif

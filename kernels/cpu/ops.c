@@ -43,3 +43,13 @@ float pg_dot_f16(const pg_f16 *a, const pg_f16 *b, int64_t n)
 {
 	return pg_kern_get()->dot_f16(a, b, n);
 }
+
+void pg_f16_scale_row(pg_f16 *acc, float s, int64_t n)
+{
+	pg_kern_get()->f16_scale(acc, s, n);
+}
+
+void pg_f16_fma_row(pg_f16 *acc, const pg_f16 *v, float s, int64_t n)
+{
+	pg_kern_get()->f16_fma(acc, v, s, n);
+}

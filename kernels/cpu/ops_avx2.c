@@ -84,6 +84,33 @@ void pg_f32_to_f16_avx2(const float *x, pg_f16 *y, int64_t n)
 		y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+/* F16C rounds to nearest even, as pg_f32_to_f16; fmaf is one rounding. */
+void pg_f16_scale_avx2(pg_f16 *acc, float s, int64_t n)
+{
+	const __m256 vs = _mm256_set1_ps(s);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i)));
+		_mm_storeu_si128((__m128i *)(acc + i), _mm256_cvtps_ph(_mm256_mul_ps(a, vs), _MM_FROUND_TO_NEAREST_INT));
+	}
+	for (; i < n; i++)
+		acc[i] = _cvtss_sh(_cvtsh_ss(acc[i]) * s, _MM_FROUND_TO_NEAREST_INT);
+}
+
+void pg_f16_fma_avx2(pg_f16 *acc, const pg_f16 *v, float s, int64_t n)
+{
+	const __m256 vs = _mm256_set1_ps(s);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i)));
+		const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
+		_mm_storeu_si128((__m128i *)(acc + i),
+				 _mm256_cvtps_ph(_mm256_fmadd_ps(x, vs, a), _MM_FROUND_TO_NEAREST_INT));
+	}
+	for (; i < n; i++)
+		acc[i] = _cvtss_sh(fmaf(_cvtsh_ss(v[i]), s, _cvtsh_ss(acc[i])), _MM_FROUND_TO_NEAREST_INT);
+}
+
 void pg_f16_to_f32_avx2(const pg_f16 *x, float *y, int64_t n)
 {
 	int64_t i = 0;

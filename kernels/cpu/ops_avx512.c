@@ -73,6 +73,32 @@ void pg_f32_to_f16_avx512(const float *x, pg_f16 *y, int64_t n)
 		y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+void pg_f16_scale_avx512(pg_f16 *acc, float s, int64_t n)
+{
+	const __m512 vs = _mm512_set1_ps(s);
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(acc + i)));
+		_mm256_storeu_si256((__m256i *)(acc + i), _mm512_cvtps_ph(_mm512_mul_ps(a, vs), _MM_FROUND_TO_NEAREST_INT));
+	}
+	for (; i < n; i++)
+		acc[i] = _cvtss_sh(_cvtsh_ss(acc[i]) * s, _MM_FROUND_TO_NEAREST_INT);
+}
+
+void pg_f16_fma_avx512(pg_f16 *acc, const pg_f16 *v, float s, int64_t n)
+{
+	const __m512 vs = _mm512_set1_ps(s);
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(acc + i)));
+		const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + i)));
+		_mm256_storeu_si256((__m256i *)(acc + i),
+				    _mm512_cvtps_ph(_mm512_fmadd_ps(x, vs, a), _MM_FROUND_TO_NEAREST_INT));
+	}
+	for (; i < n; i++)
+		acc[i] = _cvtss_sh(fmaf(_cvtsh_ss(v[i]), s, _cvtsh_ss(acc[i])), _MM_FROUND_TO_NEAREST_INT);
+}
+
 void pg_f16_to_f32_avx512(const pg_f16 *x, float *y, int64_t n)
 {
 	int64_t i = 0;

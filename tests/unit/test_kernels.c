@@ -704,6 +704,101 @@ START_TEST(test_q4_order_is_ggml)
 }
 END_TEST
 
+/* Q8_0 keeps ggml_vec_dot_q8_0_q8_0's order for every m (the 8-row tiles
+ * included): 8 lanes (lane l: elements 4l..4l+3 of each 32), acc_l =
+ * fma(dw*dy, (float)isum_l, acc_l), then hsum_float_8. */
+static float ggml_q8_0_dot(const block_q8_0 *w, const block_q8_0 *y, int64_t nb)
+{
+	float lanes[8] = { 0 };
+	for (int64_t i = 0; i < nb; i++) {
+		const float d = pg_f16_to_f32(w[i].d) * pg_f16_to_f32(y[i].d);
+		for (int l = 0; l < 8; l++) {
+			int s = 0;
+			for (int e = 4 * l; e < 4 * l + 4; e++)
+				s += w[i].qs[e] * y[i].qs[e];
+			lanes[l] = fmaf(d, (float)s, lanes[l]);
+		}
+	}
+	return hsum_lanes8(lanes);
+}
+
+START_TEST(test_q8_0_order_is_ggml)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const uint32_t t = PG_TYPE_Q8_0;
+	const int64_t ns[] = { 24, 13, 64 }; /* 8-row tiles, single rows */
+	const int64_t ms[] = { 1, 3, 9 };
+	const int64_t k = 9 * QK8_0;
+	for (int ni = 0; ni < 3; ni++) {
+		const int64_t n = ns[ni], m = ms[ni];
+		const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
+		void *W = make_weights(t, n, k, NULL);
+		float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
+		char *Xq = malloc(xr * (size_t)m);
+		fill(X, m * k, 2.0f);
+		for (int64_t r = 0; r < m; r++)
+			pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
+		for (size_t a = 1; a < 3; a++) {
+			if (!pg_cpu_set_isa(all_isas[a]))
+				continue;
+			for (int v = 0; v < 3; v++) {
+				if (v < 2)
+					pg_matmul(v ? pool : NULL, W, t, n, k, X, m, Y, n);
+				else
+					for (int64_t r = 0; r < m; r++)
+						pg_matmul(NULL, W, t, n, k, X + r * k, 1, Y + r * n, n);
+				for (int64_t r = 0; r < m; r++)
+					for (int64_t j = 0; j < n; j++) {
+						const float want = ggml_q8_0_dot((const void *)((const char *)W + (size_t)j * wr),
+										 (const void *)(Xq + (size_t)r * xr), k / QK8_0);
+						ck_assert_msg(Y[r * n + j] == want, "%s n=%ld v=%d row %ld col %ld: %a != %a",
+							      all_isas[a], (long)n, v, (long)r, (long)j, Y[r * n + j], want);
+					}
+			}
+		}
+		free(W);
+		free(X);
+		free(Y);
+		free(Xq);
+	}
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
+/* The f16 accumulator updates of attention: same bits on every ISA as the
+ * element-by-element definition, tails included. */
+START_TEST(test_f16_acc_rows)
+{
+	save_isa();
+	const int64_t n = 16 * 4 + 8 + 5;
+	pg_f16 v[16 * 4 + 8 + 5], a0[16 * 4 + 8 + 5], a[16 * 4 + 8 + 5];
+	for (int64_t i = 0; i < n; i++) {
+		v[i] = pg_f32_to_f16(grand() * 4);
+		a0[i] = pg_f32_to_f16(grand() * 100);
+	}
+	a0[3] = pg_f32_to_f16(65000.f); /* overflows to inf when scaled up */
+	const float ss[] = { 0.3f, 1.7f, 0.999f, 1e-3f };
+	for (size_t isa = 0; isa < 3; isa++) {
+		if (!pg_cpu_set_isa(all_isas[isa]))
+			continue;
+		for (int si = 0; si < 4; si++) {
+			memcpy(a, a0, sizeof a);
+			pg_f16_scale_row(a, ss[si], n);
+			for (int64_t i = 0; i < n; i++)
+				ck_assert_uint_eq(a[i], pg_f32_to_f16(pg_f16_to_f32(a0[i]) * ss[si]));
+			memcpy(a, a0, sizeof a);
+			pg_f16_fma_row(a, v, ss[si], n);
+			for (int64_t i = 0; i < n; i++)
+				ck_assert_uint_eq(a[i], pg_f32_to_f16(fmaf(pg_f16_to_f32(v[i]), ss[si], pg_f16_to_f32(a0[i]))));
+		}
+	}
+	restore_isa();
+}
+END_TEST
+
 START_TEST(test_isa_select)
 {
 	save_isa();
@@ -739,6 +834,8 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_elementwise);
 	tcase_add_test(tc, test_float_dot_order_is_ggml);
 	tcase_add_test(tc, test_q4_order_is_ggml);
+	tcase_add_test(tc, test_q8_0_order_is_ggml);
+	tcase_add_test(tc, test_f16_acc_rows);
 	suite_add_tcase(s, tc);
 	return s;
 }
