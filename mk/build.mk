@@ -117,4 +117,7 @@ install: all
 uninstall:
 	@sh mk/install.sh uninstall "$(DESTDIR)" "$(PREFIX)" "$(BUILD)"
 
+# Keep test objects: they are intermediate files of the test binaries.
+.SECONDARY:
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
