@@ -148,6 +148,14 @@ static void f32_from_float(const float *x, void *y, int64_t k)
 	memcpy(y, x, (size_t)k * sizeof(float));
 }
 
+/* Two or more activation rows of Q8_0: packed pairs on 512-bit vectors.
+ * One row (decode) stays on the 256-bit kernel: it is bound by memory. */
+static const struct pg_act_pack q8_0_pairs = {
+	pg_q8_0_pair_bytes_avx512,
+	pg_q8_0_pack_pairs_avx512,
+	pg_gemv8_q8_0_pairs_avx512,
+};
+
 const struct pg_kern pg_kern_avx512 = {
 	.name = "avx512",
 	.gemv = {
@@ -175,6 +183,9 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_Q8_0] = x86_q8_0_from_float,
 		[PG_TYPE_Q8_1] = x86_q8_1_from_float,
 		[PG_TYPE_Q8_K] = pg_q8_K_from_float,
+	},
+	.act_pack = {
+		[PG_TYPE_Q8_0] = &q8_0_pairs,
 	},
 	.softmax = pg_softmax_avx512,
 	.swiglu = pg_swiglu_avx512,

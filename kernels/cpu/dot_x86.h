@@ -2,7 +2,9 @@
  * compiled twice: by dot_avx2.c (maddubs/madd) and by dot_avx512.c with
  * PG_X86_VNNI set (dpbusd/dpwssd, AVX512-VL encodings). Zen 4 executes
  * 512-bit integer ops as two 256-bit halves, so for these block formats
- * (32-byte blocks) 256-bit vectors lose nothing and keep one code body.
+ * (32-byte blocks) 256-bit vectors keep one code body; where the CPU has
+ * full-width 512-bit units (Zen 5) the Q8_0 batch kernel in q8_0_avx512.c
+ * pairs activation rows on 512-bit vectors.
  *
  * Each gemv computes one weight row against nr (<= PG_MAX_NR) activation
  * rows: the weight block is loaded and unpacked once, then used nr times.

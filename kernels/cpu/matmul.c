@@ -10,7 +10,9 @@
  *
  * Where the table has a gemv8 for the weight type and n % 8 == 0 (the
  * shapes llama.cpp repacks), chunks are whole groups of 8 rows and each
- * group goes to gemv8 in one call (see cpu.h).
+ * group goes to gemv8 in one call (see cpu.h). Where the ISA also packs
+ * the activations for that type (struct pg_act_pack), they are packed
+ * once per matmul and the tiles are 2 * PG_PACK_PAIRS rows wide.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -68,6 +70,7 @@ struct mm_job {
 	float *Y;
 	int64_t ldy;
 	int64_t chunk;
+	int tile; /* activation rows per kernel call */
 	_Atomic int64_t next;
 };
 
@@ -90,8 +93,8 @@ static void mm_job_run(void *a, int ith, int nth)
 			break;
 		const int64_t r0 = c * j->chunk;
 		const int64_t r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
-		for (int64_t i0 = 0; i0 < j->m; i0 += PG_MAX_NR) {
-			const int nr = (int)(j->m - i0 < PG_MAX_NR ? j->m - i0 : PG_MAX_NR);
+		for (int64_t i0 = 0; i0 < j->m; i0 += j->tile) {
+			const int nr = (int)(j->m - i0 < j->tile ? j->m - i0 : j->tile);
 			const char *x = j->Xq + (size_t)i0 * j->xrow;
 			float *y = j->Y + i0 * j->ldy;
 			if (j->gemv8) {
@@ -124,8 +127,52 @@ static int64_t pick_chunk(int64_t n, size_t wrow, int64_t m, int nth, bool by8)
 	return c;
 }
 
-static void run_matmul(struct pg_pool *p, struct mm_job *j)
+/* Per calling thread: the engine thread reuses its buffers for every
+ * matmul of a step instead of allocating each time. */
+struct tl_buf {
+	void *p;
+	size_t cap;
+};
+static _Thread_local struct tl_buf tl_act, tl_pack;
+
+static void *scratch(struct tl_buf *b, size_t need)
 {
+	if (need > b->cap) {
+		free(b->p);
+		b->p = NULL;
+		b->cap = 0;
+		need = (need + 4095) & ~(size_t)4095;
+		if (posix_memalign(&b->p, 64, need) != 0) {
+			b->p = NULL;
+			return NULL;
+		}
+		b->cap = need;
+	}
+	return b->p;
+}
+
+/* Where the ISA packs activations for this weight type, the tiles read
+ * the packed pairs instead of the rows. */
+static void use_packed(struct mm_job *j, uint32_t wtype)
+{
+	const struct pg_act_pack *pk = pg_kern_get()->act_pack[wtype];
+	if (!pk || !j->gemv8 || j->m < 2)
+		return;
+	const size_t ps = pk->pair_bytes(j->k);
+	void *buf = scratch(&tl_pack, ps * (size_t)((j->m + 1) / 2));
+	if (!buf)
+		return; /* the row kernels need no extra memory */
+	pk->pack(j->Xq, j->xrow, j->m, j->k, buf, ps);
+	j->Xq = buf;
+	j->xrow = ps / 2;
+	j->gemv8 = pk->gemv8;
+	j->tile = 2 * PG_PACK_PAIRS;
+}
+
+static void run_matmul(struct pg_pool *p, struct mm_job *j, uint32_t wtype)
+{
+	j->tile = PG_MAX_NR;
+	use_packed(j, wtype);
 	j->chunk = pick_chunk(j->n, j->wrow, j->m, pg_pool_size(p), j->gemv8 != NULL);
 	atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 	if ((j->n <= j->chunk && j->m <= PG_MAX_NR) || pg_pool_size(p) == 1)
@@ -164,27 +211,7 @@ void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, in
 	if (!setup(&j, W, wtype, n, k, m, Y, ldy))
 		return;
 	j.Xq = (char *)Xq;
-	run_matmul(p, &j);
-}
-
-/* Per calling thread: the engine thread reuses one buffer for every
- * matmul of a step instead of allocating each time. */
-static _Thread_local void *tl_buf;
-static _Thread_local size_t tl_cap;
-
-static void *scratch(size_t need)
-{
-	if (need > tl_cap) {
-		free(tl_buf);
-		tl_cap = 0;
-		need = (need + 4095) & ~(size_t)4095;
-		if (posix_memalign(&tl_buf, 64, need) != 0) {
-			tl_buf = NULL;
-			return NULL;
-		}
-		tl_cap = need;
-	}
-	return tl_buf;
+	run_matmul(p, &j, wtype);
 }
 
 void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
@@ -196,7 +223,7 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
 	if (pg_vec_dot_type(wtype) == PG_TYPE_F32) {
 		j.Xq = (char *)X;
 	} else {
-		j.Xq = scratch(j.xrow * (size_t)m);
+		j.Xq = scratch(&tl_act, j.xrow * (size_t)m);
 		if (!j.Xq)
 			return;
 		j.X = X;
@@ -205,5 +232,5 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
 		else
 			quant_job(&j, 0, 1);
 	}
-	run_matmul(p, &j);
+	run_matmul(p, &j, wtype);
 }

@@ -728,10 +728,11 @@ START_TEST(test_q8_0_order_is_ggml)
 	struct pg_pool *pool = pg_pool_create(3);
 	ck_assert_ptr_nonnull(pool);
 	const uint32_t t = PG_TYPE_Q8_0;
-	const int64_t ns[] = { 24, 13, 64 }; /* 8-row tiles, single rows */
-	const int64_t ms[] = { 1, 3, 9 };
+	/* 8-row tiles and single rows; every activation tile width 1..4 */
+	const int64_t ns[] = { 24, 13, 64, 16, 40 };
+	const int64_t ms[] = { 1, 3, 9, 2, 6 };
 	const int64_t k = 9 * QK8_0;
-	for (int ni = 0; ni < 3; ni++) {
+	for (int ni = 0; ni < 5; ni++) {
 		const int64_t n = ns[ni], m = ms[ni];
 		const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
 		void *W = make_weights(t, n, k, NULL);
