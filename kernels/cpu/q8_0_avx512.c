@@ -10,15 +10,14 @@
  * once per weight row: the activations are packed in pairs of rows (a, b)
  * whose lanes share each 512-bit instruction.
  *
- * Packed pair, per block (136 bytes; pair stride = nb * 136):
+ * Packed pair, per block (72 bytes; pair stride = nb * 72):
  *   Y: 64 bytes, the 4-byte groups of a and b interleaved as
  *      unpacklo/unpackhi_epi32 give them:
  *      [a0 b0 a1 b1 a4 b4 a5 b5 | a2 b2 a3 b3 a6 b6 a7 b7]
- *   C: 16 int32, -128·(sum of each group of Y): vpdpbusd wants unsigned
- *      bytes, so the weights enter as w + 128 and this takes 128·Σy back
- *      out, exact in integers
  *   D: dy of a, dy of b (floats)
- * The weight block is permuted to the same group order; the scale of
+ * vpdpbusd wants unsigned bytes, so the weights enter as w + 128 and the
+ * accumulator starts at -128·(sum of each group of Y), exact in integers
+ * (recomputed per tile: cheaper than reading it back). The weight block is permuted to the same group order; the scale of
  * output pair (a, b) of weight row j is one 64-bit broadcast of
  * (dw_j·dy_a, dw_j·dy_b) — the very products ggml forms.
  */
@@ -29,12 +28,12 @@
 #define AI static inline __attribute__((always_inline))
 
 struct pair_block_layout {
-	size_t y, c, d, stride;
+	size_t y, d, stride;
 };
 
 AI struct pair_block_layout layout(int64_t nb)
 {
-	struct pair_block_layout l = { 0, (size_t)nb * 64, (size_t)nb * 128, (size_t)nb * 136 };
+	struct pair_block_layout l = { 0, (size_t)nb * 64, (size_t)nb * 72 };
 	return l;
 }
 
@@ -51,7 +50,6 @@ void pg_q8_0_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 {
 	const int64_t nb = k / QK8_0;
 	const struct pair_block_layout l = layout(nb);
-	const __m512i u128 = _mm512_set1_epi8((char)0x80);
 	for (int64_t p = 0; p < (m + 1) / 2; p++) {
 		const block_q8_0 *a = XB(xq, xrow, 2 * p), *b = XB(xq, xrow, 2 * p + 1 < m ? 2 * p + 1 : 2 * p);
 		char *base = (char *)dst + (size_t)p * pstride;
@@ -60,10 +58,7 @@ void pg_q8_0_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 			const __m256i yb = _mm256_loadu_si256((const __m256i *)b[i].qs);
 			const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_unpacklo_epi32(ya, yb)),
 							     _mm256_unpackhi_epi32(ya, yb), 1);
-			const __m512i c = _mm512_sub_epi32(_mm512_setzero_si512(),
-							   _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, y));
 			_mm512_storeu_si512(base + l.y + 64 * i, y);
-			_mm512_storeu_si512(base + l.c + 64 * i, c);
 			float *d = (float *)(base + l.d) + 2 * i;
 			d[0] = _cvtsh_ss(a[i].d);
 			d[1] = _cvtsh_ss(b[i].d);
@@ -125,7 +120,8 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 		for (int q = 0; q < NP; q++) {
 			const char *pq = x + (size_t)q * ps;
 			const __m512i y = _mm512_loadu_si512(pq + l.y + 64 * i);
-			const __m512i c = _mm512_loadu_si512(pq + l.c + 64 * i);
+			const __m512i c = _mm512_sub_epi32(_mm512_setzero_si512(),
+							   _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, y));
 			#pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
 				const __m512i p = _mm512_dpbusd_epi32(c, wz[j], y);
