@@ -70,6 +70,7 @@ struct engine {
 	int32_t *b_tokens, *b_pos;
 	int *b_seq;
 	bool *b_want;
+	int *b_ubatch;
 	struct kv_seq **b_seqs;
 	struct seq **b_owner; /* per batch seq slot */
 	int *b_take;          /* tokens taken per batch seq slot */
@@ -172,12 +173,13 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	e->b_pos = malloc(e->max_batch * sizeof *e->b_pos);
 	e->b_seq = malloc(e->max_batch * sizeof *e->b_seq);
 	e->b_want = malloc(e->max_batch * sizeof *e->b_want);
+	e->b_ubatch = malloc(e->max_batch * sizeof *e->b_ubatch);
 	e->b_seqs = malloc(e->max_seqs * sizeof *e->b_seqs);
 	e->b_owner = malloc(e->max_seqs * sizeof *e->b_owner);
 	e->b_take = malloc(e->max_seqs * sizeof *e->b_take);
 	e->logits = malloc((size_t)e->max_seqs * e->n_vocab * sizeof(float));
 	if (e->evfd < 0 || !e->fwd || !e->running || !e->b_tokens || !e->b_pos || !e->b_seq ||
-	    !e->b_want || !e->b_seqs || !e->b_owner || !e->b_take || !e->logits) {
+	    !e->b_want || !e->b_ubatch || !e->b_seqs || !e->b_owner || !e->b_take || !e->logits) {
 		snprintf(err, errlen, "engine: out of memory for %d-token batches", e->max_batch);
 		r = -ENOMEM;
 		goto fail;
@@ -465,6 +467,7 @@ static void plan_add(struct engine *e, struct plan *p, struct seq *s, int take)
 		e->b_pos[p->n_tok] = pos;
 		e->b_seq[p->n_tok] = slot;
 		e->b_want[p->n_tok] = pos == s->n_tokens - 1;
+		e->b_ubatch[p->n_tok] = model_ubatch_of(pos, s->req->n_prompt);
 		p->n_tok++;
 	}
 }
@@ -663,7 +666,7 @@ int engine_step(struct engine *e)
 		uint64_t t0 = now_ns();
 		struct fwd_batch b = {
 			.n = p.n_tok, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq,
-			.want = e->b_want, .seqs = e->b_seqs, .logits = e->logits,
+			.want = e->b_want, .ubatch = e->b_ubatch, .seqs = e->b_seqs, .logits = e->logits,
 		};
 		count_tokens(e, &p);
 		int r = model_forward(e->m, e->fwd, &e->kv, &b);
@@ -750,6 +753,7 @@ void engine_destroy(struct engine *e)
 	free(e->b_pos);
 	free(e->b_seq);
 	free(e->b_want);
+	free(e->b_ubatch);
 	free(e->b_seqs);
 	free(e->b_owner);
 	free(e->b_take);

@@ -67,9 +67,28 @@ struct fwd_batch {
 	const int32_t *pos;
 	const int *seq;
 	const bool *want;
+	/* Per token: how many tokens llama.cpp's ubatch holds when it computes
+	 * this one for the request alone (the prompt cut in ubatches of
+	 * MODEL_UBATCH from position 0; a generated token alone). Attention
+	 * picks ggml's kernel from it, so a token's numerics never depend on
+	 * what the engine batched it with. NULL: every token's is b->n. */
+	const int *ubatch;
 	struct kv_seq *const *seqs;
 	float *logits;
 };
+
+/* llama.cpp's default n_ubatch */
+#define MODEL_UBATCH 512
+
+/* The ubatch size (see struct fwd_batch) of position pos of a request
+ * whose prompt is n_prompt tokens. */
+static inline int model_ubatch_of(int pos, int n_prompt)
+{
+	if (pos >= n_prompt)
+		return 1;
+	const int start = pos / MODEL_UBATCH * MODEL_UBATCH;
+	return n_prompt - start < MODEL_UBATCH ? n_prompt - start : MODEL_UBATCH;
+}
 
 struct fwd_ctx;
 /* Scratch for batches of up to max_tokens tokens over contexts up to n_ctx. */

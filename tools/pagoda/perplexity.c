@@ -34,6 +34,7 @@ struct ppl_run {
 	int32_t *pos;
 	int *seq;
 	bool *want;
+	int *ubatch;
 };
 
 static int score_window(struct ppl_run *p, int32_t *win, int n_ctx, double *sum, int *count)
@@ -43,7 +44,7 @@ static int score_window(struct ppl_run *p, int32_t *win, int n_ctx, double *sum,
 	if (kv_seq_reserve(&p->kv, &s, n_ctx))
 		return -1;
 	struct fwd_batch b = { .n = n_ctx, .tokens = win, .pos = p->pos, .seq = p->seq, .want = p->want,
-			       .seqs = seqs, .logits = p->logits };
+			       .ubatch = p->ubatch, .seqs = seqs, .logits = p->logits };
 	int r = model_forward(p->m, p->fwd, &p->kv, &b);
 	kv_seq_release(&p->kv, &s);
 	if (r)
@@ -97,13 +98,15 @@ static int setup(struct ppl_run *p, int n_ctx, int threads, char *err, size_t er
 	p->pos = malloc(n_ctx * sizeof *p->pos);
 	p->seq = calloc(n_ctx, sizeof *p->seq);
 	p->want = malloc(n_ctx * sizeof *p->want);
-	if (!p->fwd || !p->logits || !p->pos || !p->seq || !p->want) {
+	p->ubatch = malloc(n_ctx * sizeof *p->ubatch);
+	if (!p->fwd || !p->logits || !p->pos || !p->seq || !p->want || !p->ubatch) {
 		snprintf(err, errlen, "out of memory for a window of %d tokens", n_ctx);
 		return -1;
 	}
 	for (int i = 0; i < n_ctx; i++) {
 		p->pos[i] = i;
 		p->want[i] = true;
+		p->ubatch[i] = model_ubatch_of(i, n_ctx); /* a window is one prompt */
 	}
 	return 0;
 }
@@ -119,6 +122,7 @@ static void teardown(struct ppl_run *p)
 	free(p->pos);
 	free(p->seq);
 	free(p->want);
+	free(p->ubatch);
 	model_free(p->m);
 }
 
