@@ -102,10 +102,13 @@ static void tiled_scalar(const struct pg_attn_kv *kv, const int *n_pos, int hd, 
 void pg_attn_chunk(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q, size_t ldq,
 		   int n_q, float *out, size_t ldo)
 {
-	if (pg_kern_get() == &pg_kern_scalar)
-		chunk_scalar(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo);
-	else
+	const struct pg_kern *k = pg_kern_get();
+	if (k == &pg_kern_avx512)
+		pg_attn_chunk_avx512(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo);
+	else if (k == &pg_kern_avx2)
 		pg_attn_chunk_x86(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo);
+	else
+		chunk_scalar(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo);
 }
 
 void pg_attn_tiled(const struct pg_attn_kv *kv, const int *n_pos, int hd, float scale, const float *q,
@@ -113,9 +116,9 @@ void pg_attn_tiled(const struct pg_attn_kv *kv, const int *n_pos, int hd, float 
 {
 	const struct pg_kern *k = pg_kern_get();
 	if (k == &pg_kern_avx512)
-		pg_attn_tiled_x86(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo, work, pg_attn_softmax_avx512, 16);
+		pg_attn_tiled_x86(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo, work, &pg_attn_tiled_avx512);
 	else if (k == &pg_kern_avx2)
-		pg_attn_tiled_x86(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo, work, pg_attn_softmax_avx2, 8);
+		pg_attn_tiled_x86(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo, work, &pg_attn_tiled_avx2);
 	else
 		tiled_scalar(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo, work);
 }

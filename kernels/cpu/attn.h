@@ -22,17 +22,29 @@
  * n is a multiple of that width. */
 typedef double (*pg_attn_softmax_fn)(float *x, int n, float max);
 
-double pg_attn_softmax_avx2(float *x, int n, float max);
-double pg_attn_softmax_avx512(float *x, int n, float max);
 
 /* The F16C/FMA bodies (attn_avx2.c). The one-chunk dot sums in the order of
  * llama.cpp's AVX-512 build, as the avx2 table's dot_f16 does. */
 void pg_attn_chunk_x86(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q,
 		       size_t ldq, int n_q, float *out, size_t ldo);
-/* sm_width: the softmax's vector width (8 or 16 floats). */
+/* The same on 512-bit vectors (attn_avx512.c): the same bits, fewer
+ * instructions. */
+void pg_attn_chunk_avx512(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q,
+			  size_t ldq, int n_q, float *out, size_t ldo);
+/* The ISA-specific pieces of the tiled kernel. Scores: kq[r][j] = (FMA
+ * chain over d of kt[d][j] * q[r][d]) * scale for r < nr (<= 4), j < nw (a
+ * multiple of 16). Accumulate: acc[r] += sum over t < nt of kq[r][t] * v[t],
+ * one FMA chain per element in t order. Both are ggml's simd_gemm element
+ * by element, whatever the vector width. */
+struct pg_attn_tiled_ops {
+	void (*scores)(const float *kt, int hd, const float *q, size_t ldq, int nr, float scale, int nw, float *kq);
+	void (*accumulate)(const float *v, int hd, const float *kq, int nr, int nt, float *acc);
+	pg_attn_softmax_fn softmax;
+	int sm_width; /* the softmax's vector width: 8 or 16 floats */
+};
+extern const struct pg_attn_tiled_ops pg_attn_tiled_avx2, pg_attn_tiled_avx512;
 void pg_attn_tiled_x86(const struct pg_attn_kv *kv, const int *n_pos, int hd, float scale, const float *q,
-		       size_t ldq, int n_q, float *out, size_t ldo, float *work, pg_attn_softmax_fn sm,
-		       int sm_width);
+		       size_t ldq, int n_q, float *out, size_t ldo, float *work, const struct pg_attn_tiled_ops *ops);
 
 /* Where position p's row starts. */
 static inline const pg_f16 *pg_attn_row(const pg_f16 *const *blocks, const struct pg_attn_kv *kv, int p)

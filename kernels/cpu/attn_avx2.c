@@ -46,16 +46,27 @@ ALWAYS_INLINE float hsum8(__m256 v)
  * 16-lane tree; leftovers one by one in double. */
 ALWAYS_INLINE float dot_ggml(const float *k, const float *q, int hd)
 {
-	__m256 a[8];
-	for (int j = 0; j < 8; j++)
-		a[j] = _mm256_setzero_ps();
+	/* named accumulators: an array of them ends up on the stack */
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
 	int i = 0;
-	for (; i + 64 <= hd; i += 64)
-		for (int j = 0; j < 8; j++)
-			a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8 * j), _mm256_loadu_ps(q + i + 8 * j), a[j]);
-	const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
-	const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
-	double t = hsum8(_mm256_add_ps(hi, lo));
+	for (; i + 64 <= hd; i += 64) {
+#define STEP(A, J) A = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8 * (J)), _mm256_loadu_ps(q + i + 8 * (J)), A)
+		STEP(a0, 0);
+		STEP(a1, 1);
+		STEP(a2, 2);
+		STEP(a3, 3);
+		STEP(a4, 4);
+		STEP(a5, 5);
+		STEP(a6, 6);
+		STEP(a7, 7);
+#undef STEP
+	}
+	const __m256 lo = _mm256_add_ps(_mm256_add_ps(a0, a4), _mm256_add_ps(a2, a6));
+	const __m256 hi = _mm256_add_ps(_mm256_add_ps(a1, a5), _mm256_add_ps(a3, a7));
+	const float v = hsum8(_mm256_add_ps(hi, lo));
+	if (i == hd)
+		return v;
+	double t = v;
 	for (; i < hd; i++)
 		t += (double)(k[i] * q[i]);
 	return (float)t;
@@ -63,7 +74,7 @@ ALWAYS_INLINE float dot_ggml(const float *k, const float *q, int hd)
 
 /* acc = f16(f32(acc) * ms) then acc = f16(fma(v, vs, f32(acc))):
  * ggml_vec_scale_f16 and ggml_vec_mad_f16, one rounding each. */
-static void acc_update(pg_f16 *acc, const float *v, float ms, float vs, int hd, int rescale)
+ALWAYS_INLINE void acc_update(pg_f16 *acc, const float *v, float ms, float vs, int hd, int rescale)
 {
 	const __m256 vms = _mm256_set1_ps(ms), vvs = _mm256_set1_ps(vs);
 	int i = 0;
@@ -81,7 +92,7 @@ static void acc_update(pg_f16 *acc, const float *v, float ms, float vs, int hd, 
 	}
 }
 
-static void to_f32(const pg_f16 *x, float *y, int n)
+ALWAYS_INLINE void to_f32(const pg_f16 *x, float *y, int n)
 {
 	int i = 0;
 	for (; i + 8 <= n; i += 8)
@@ -210,9 +221,9 @@ static void scale_row(float *x, int n, float s)
 }
 
 void pg_attn_tiled_x86(const struct pg_attn_kv *kv, const int *n_pos, int hd, float scale, const float *q,
-		       size_t ldq, int n_q, float *out, size_t ldo, float *work, pg_attn_softmax_fn sm,
-		       int sm_width)
+		       size_t ldq, int n_q, float *out, size_t ldo, float *work, const struct pg_attn_tiled_ops *ops)
 {
+	const int sm_width = ops->sm_width;
 	float *kt = work + pg_attn_work_kt(hd), *vt = work + pg_attn_work_v(hd);
 	float *kq = work + pg_attn_work_kq(hd), *M = work + pg_attn_work_ms(hd), *S = M + n_q;
 	float *acc = work + pg_attn_work_acc(hd, n_q);
@@ -252,7 +263,7 @@ void pg_attn_tiled_x86(const struct pg_attn_kv *kv, const int *n_pos, int hd, fl
 				continue;
 			/* every score a softmax vector of any row can reach */
 			const int nw = (nvmax + 15) & ~15;
-			tile_scores(kt, hd, q + (size_t)r0 * ldq, ldq, nr, scale, nw, kq);
+			ops->scores(kt, hd, q + (size_t)r0 * ldq, ldq, nr, scale, nw, kq);
 			for (int r = 0; r < nr; r++) {
 				float *row = kq + r * KVT;
 				const int i = r0 + r;
@@ -275,11 +286,11 @@ void pg_attn_tiled_x86(const struct pg_attn_kv *kv, const int *n_pos, int hd, fl
 					S[i] *= ms;
 				}
 				M[i] = mnew;
-				S[i] = (float)((double)S[i] + sm(row, ns, mnew));
+				S[i] = (float)((double)S[i] + ops->softmax(row, ns, mnew));
 				for (int t = ns; t < nvmax; t++)
 					row[t] = 0.0f;
 			}
-			tile_accumulate(vt, hd, kq, nr, nvmax, acc + (size_t)r0 * hd);
+			ops->accumulate(vt, hd, kq, nr, nvmax, acc + (size_t)r0 * hd);
 		}
 	}
 	for (int r = 0; r < n_q; r++) {
@@ -320,7 +331,7 @@ static inline __m256 v_expf(__m256 x)
 							     _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)))));
 }
 
-double pg_attn_softmax_avx2(float *x, int n, float max)
+static double softmax_avx2(float *x, int n, float max)
 {
 	double sum = 0;
 	for (int i = 0; i < n; i += 8) {
@@ -330,3 +341,5 @@ double pg_attn_softmax_avx2(float *x, int n, float max)
 	}
 	return sum;
 }
+
+const struct pg_attn_tiled_ops pg_attn_tiled_avx2 = { tile_scores, tile_accumulate, softmax_avx2, 8 };
