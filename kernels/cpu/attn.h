@@ -5,7 +5,7 @@
  * the vector width except in two places: the f16 dot of the one-chunk path
  * (summation order) and the softmax of the tiled path (vector expf, sum
  * order). Everything else is one FMA chain or one rounding per element, so
- * one 256-bit body serves the AVX2 and AVX-512 tables alike.
+ * the 256-bit and 512-bit bodies give the same bits wherever ggml's do.
  */
 #ifndef PAGODA_KERNELS_CPU_ATTN_H
 #define PAGODA_KERNELS_CPU_ATTN_H

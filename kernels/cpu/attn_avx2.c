@@ -1,6 +1,7 @@
 /* kernels/cpu/attn_avx2.c — flash attention over the paged f16 KV cache
- * with F16C and FMA, for the avx2 and avx512 tables alike (see attn.h),
- * plus ggml's 256-bit softmax for the tiled path.
+ * with F16C and FMA: the avx2 table's kernels, ggml's 256-bit softmax, and
+ * the tiled driver both x86 tables share (attn_avx512.c supplies 512-bit
+ * pieces for it, see attn.h).
  *
  * One-chunk (decode): the query rows of one GQA group walk the positions
  * together, so each K and V row is converted once for all of them.

@@ -1,7 +1,9 @@
-/* kernels/cpu/attn_avx512.c — the tiled attention's softmax as llama.cpp
- * built for AVX-512 runs it: ggml's 512-bit expf (vscalefps) and one
- * _mm512_reduce_add_ps per 16 scores. The rest of the attention is
- * attn_avx2.c's (see attn.h).
+/* kernels/cpu/attn_avx512.c — the avx512 table's attention pieces: the
+ * tiled path's softmax as llama.cpp built for AVX-512 runs it (ggml's
+ * 512-bit expf with vscalefps, one _mm512_reduce_add_ps per 16 scores), and
+ * 512-bit bodies for the one-chunk kernel and the tiled score and V-sum
+ * loops, which give the same bits as attn_avx2.c's with half the
+ * instructions. The tiled driver is attn_avx2.c's (see attn.h).
  */
 #pragma GCC optimize("fp-contract=off")
 
