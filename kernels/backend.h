@@ -82,4 +82,30 @@ float pg_dot_f16(const pg_f16 *a, const pg_f16 *b, int64_t n);
 void pg_f16_scale_row(pg_f16 *acc, float s, int64_t n);
 void pg_f16_fma_row(pg_f16 *acc, const pg_f16 *v, float s, int64_t n);
 
+/* ---- attention: ggml's CPU flash attention on an f16 KV cache ----------- */
+/* One KV head of one sequence: position p's K row starts at
+ * k[p / block_size] + (p % block_size) * stride, likewise V. */
+struct pg_attn_kv {
+	const pg_f16 *const *k, *const *v;
+	int block_size;
+	size_t stride; /* elements between two positions of a block */
+};
+/* ggml_compute_forward_flash_attn_ext_f16_one_chunk, what llama.cpp runs
+ * for a ubatch of fewer than 64 tokens: n_q query rows (f32, rounded to
+ * f16 here) that all attend positions [0, n_pos), hd = DK = DV. Online
+ * softmax per position with libm expf, V sum kept in f16. out: n_q rows. */
+void pg_attn_chunk(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q, size_t ldq,
+		   int n_q, float *out, size_t ldo);
+/* ggml_compute_forward_flash_attn_ext_tiled, what llama.cpp runs for a
+ * ubatch of 64 tokens or more: the query stays f32, KV tiles of 64
+ * positions from 0, q·k and the V sum in f32 by FMA, the softmax with the
+ * ISA's vector expf. Row r attends positions [0, n_pos[r]). work: at
+ * least pg_attn_tiled_work(hd, n_q) floats, 64-byte aligned. */
+void pg_attn_tiled(const struct pg_attn_kv *kv, const int *n_pos, int hd, float scale, const float *q,
+		   size_t ldq, int n_q, float *out, size_t ldo, float *work);
+size_t pg_attn_tiled_work(int hd, int n_q);
+/* Whether llama.cpp built for the active ISA would take the tiled path
+ * for this head size (DV a whole number of its f32 vectors). */
+bool pg_attn_tiled_ok(int hd);
+
 #endif

@@ -103,4 +103,17 @@ static inline pg_f16 *kv_v_row(const struct kv_pool *p, const struct kv_seq *s, 
 	return kv_row(p, p->v, s, layer, pos);
 }
 
+/* The rows of the sequence's i-th block at one layer: position
+ * i * block_size + j starts kv_dim * j elements further. For kernels that
+ * walk a whole block without a lookup per position. */
+static inline pg_f16 *kv_k_block(const struct kv_pool *p, const struct kv_seq *s, int layer, int i)
+{
+	return p->k + (size_t)s->blocks[i] * p->block_stride + (size_t)layer * p->layer_stride;
+}
+
+static inline pg_f16 *kv_v_block(const struct kv_pool *p, const struct kv_seq *s, int layer, int i)
+{
+	return p->v + (size_t)s->blocks[i] * p->block_stride + (size_t)layer * p->layer_stride;
+}
+
 #endif

@@ -3,8 +3,8 @@
  * tokens, whichever sequences they belong to.
  *
  * Precision follows llama.cpp's CPU path where it rounds: K and V are kept
- * in f16, the query is rounded to f16 before q·k, and attention runs as
- * ggml's flash attention does (see attend_one). Matching those points is
+ * in f16 and attention runs as ggml's flash attention does, on the path
+ * llama.cpp would pick (see attention_layer). Matching those points is
  * what lets greedy decoding agree with llama.cpp token for token.
  */
 #include "daemon/model/model.h"
@@ -13,15 +13,39 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One KV head of one sequence against some of its tokens: either one
+ * token (all the query heads of the group, one-chunk path) or up to TILE_Q
+ * consecutive tokens of a sequence on the tiled path. */
+struct attn_task {
+	int kvh;
+	int first, n_tok; /* into tok_order */
+	bool tiled;
+};
 
 struct fwd_ctx {
 	struct pg_pool *pool;
 	int max_tokens, n_ctx, n_threads;
 	float *x, *xn, *q, *k, *v, *att, *gate, *up, *out_rows;
-	pg_f16 *acc16;   /* n_threads x head_dim */
-	pg_f16 *q16;     /* max_tokens x q_dim */
+	/* attention */
+	struct attn_task *tasks; /* max_tokens x n_head_kv */
+	int *tok_order;          /* the batch's tokens grouped by sequence */
+	int *seq_start;          /* max_tokens + 1 */
+	struct attn_scratch *scr; /* one per thread */
+	int blk_cap;             /* block pointers each scratch holds */
+};
+
+/* Tokens of one sequence that run ggml's tiled path together: as many as
+ * its Q tile (GGML_FA_TILE_Q), so the K/V tile is converted once for them. */
+#define TILE_Q 64
+
+struct attn_scratch {
+	float *q, *out, *work; /* TILE_Q x group rows of head_dim; kernel work */
+	int *n_pos;            /* TILE_Q x group */
+	const pg_f16 **blk;    /* blk_cap K block pointers, then blk_cap V */
 };
 
 static void *xalloc(size_t n)
@@ -51,12 +75,26 @@ struct fwd_ctx *fwd_ctx_create(const struct model *m, int max_tokens, int n_ctx,
 	c->att = xalloc(T * q_dim * sizeof(float));
 	c->gate = xalloc(T * hp->n_ff * sizeof(float));
 	c->up = xalloc(T * hp->n_ff * sizeof(float));
-	c->acc16 = xalloc((size_t)c->n_threads * hp->head_dim * sizeof(pg_f16));
-	c->q16 = xalloc(T * q_dim * sizeof(pg_f16));
+	c->tasks = calloc(T * hp->n_head_kv, sizeof *c->tasks);
+	c->tok_order = calloc(T, sizeof *c->tok_order);
+	c->seq_start = calloc(T + 1, sizeof *c->seq_start);
+	c->scr = calloc(c->n_threads, sizeof *c->scr);
 	if (!c->x || !c->xn || !c->out_rows || !c->q || !c->k || !c->v || !c->att || !c->gate ||
-	    !c->up || !c->acc16 || !c->q16) {
+	    !c->up || !c->tasks || !c->tok_order || !c->seq_start || !c->scr) {
 		fwd_ctx_free(c);
 		return NULL;
+	}
+	const size_t rows = (size_t)TILE_Q * (hp->n_head / hp->n_head_kv);
+	for (int i = 0; i < c->n_threads; i++) {
+		struct attn_scratch *sc = &c->scr[i];
+		sc->q = xalloc(rows * hp->head_dim * sizeof(float));
+		sc->out = xalloc(rows * hp->head_dim * sizeof(float));
+		sc->work = xalloc(pg_attn_tiled_work(hp->head_dim, (int)rows) * sizeof(float));
+		sc->n_pos = xalloc(rows * sizeof(int));
+		if (!sc->q || !sc->out || !sc->work || !sc->n_pos) {
+			fwd_ctx_free(c);
+			return NULL;
+		}
 	}
 	return c;
 }
@@ -74,8 +112,17 @@ void fwd_ctx_free(struct fwd_ctx *c)
 	free(c->att);
 	free(c->gate);
 	free(c->up);
-	free(c->acc16);
-	free(c->q16);
+	for (int i = 0; c->scr && i < c->n_threads; i++) {
+		free(c->scr[i].q);
+		free(c->scr[i].out);
+		free(c->scr[i].work);
+		free(c->scr[i].n_pos);
+		free(c->scr[i].blk);
+	}
+	free(c->scr);
+	free(c->tasks);
+	free(c->tok_order);
+	free(c->seq_start);
 	free(c);
 }
 
@@ -139,59 +186,122 @@ struct attn_job {
 	struct fwd_ctx *c;
 	const struct kv_pool *kv;
 	const struct fwd_batch *b;
-	int layer;
+	int layer, n_tasks;
+	atomic_int next;
 };
 
-/* Online softmax over every earlier position of the token's sequence, with
- * the weighted V sum kept in f16 and rescaled whenever the running maximum
- * grows: the arithmetic of ggml's CPU flash attention for an f16 cache,
- * which is what llama.cpp runs by default. */
-static void attend_one(const struct attn_job *j, const pg_f16 *q16, const struct kv_seq *s, int n_pos,
-		       int kvh, pg_f16 *acc, float *out)
+/* The block pointers of this sequence's KV head, for positions [0, n_pos). */
+static void attn_kv_of(const struct attn_job *j, struct attn_scratch *sc, const struct kv_seq *s, int kvh,
+		       int n_pos, struct pg_attn_kv *out)
 {
-	const int hd = j->m->hp.head_dim;
-	const float scale = 1.0f / sqrtf((float)hd);
-	float M = -INFINITY, S = 0.0f;
-	memset(acc, 0, hd * sizeof *acc);
-	for (int p = 0; p < n_pos; p++) {
-		const pg_f16 *kr = kv_k_row(j->kv, s, j->layer, p) + (size_t)kvh * hd;
-		const pg_f16 *vr = kv_v_row(j->kv, s, j->layer, p) + (size_t)kvh * hd;
-		float sc = pg_dot_f16(q16, kr, hd) * scale, ms = 1.0f, vs = 1.0f;
-		if (sc > M) {
-			float m_old = M;
-			M = sc;
-			ms = expf(m_old - M);
-			pg_f16_scale_row(acc, ms, hd);
-		} else {
-			vs = expf(sc - M);
-		}
-		pg_f16_fma_row(acc, vr, vs, hd);
-		S = S * ms + vs;
+	const int hd = j->m->hp.head_dim, nb = (n_pos + j->kv->block_size - 1) / j->kv->block_size;
+	const pg_f16 **kb = sc->blk, **vb = sc->blk + j->c->blk_cap;
+	for (int i = 0; i < nb; i++) {
+		kb[i] = kv_k_block(j->kv, s, j->layer, i) + (size_t)kvh * hd;
+		vb[i] = kv_v_block(j->kv, s, j->layer, i) + (size_t)kvh * hd;
 	}
-	const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-	for (int d = 0; d < hd; d++)
-		out[d] = pg_f16_to_f32(acc[d]) * inv;
+	*out = (struct pg_attn_kv){ kb, vb, j->kv->block_size, (size_t)j->kv->kv_dim };
 }
 
-/* One (token, head) pair per task. */
+static void attn_run(const struct attn_job *j, const struct attn_task *tk, struct attn_scratch *sc)
+{
+	const struct model_hparams *hp = &j->m->hp;
+	const struct fwd_batch *b = j->b;
+	const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, q_dim = hp->n_head * hd;
+	const float scale = 1.0f / sqrtf((float)hd);
+	const int *toks = j->c->tok_order + tk->first;
+	const struct kv_seq *s = b->seqs[b->seq[toks[0]]];
+	int max_pos = 0;
+	for (int i = 0; i < tk->n_tok; i++)
+		if (b->pos[toks[i]] + 1 > max_pos)
+			max_pos = b->pos[toks[i]] + 1;
+	struct pg_attn_kv kv;
+	attn_kv_of(j, sc, s, tk->kvh, max_pos, &kv);
+	const size_t head0 = (size_t)tk->kvh * group * hd;
+	if (!tk->tiled) {
+		const size_t off = (size_t)toks[0] * q_dim + head0;
+		pg_attn_chunk(&kv, max_pos, hd, scale, j->c->q + off, hd, group, j->c->att + off, hd);
+		return;
+	}
+	/* rows token-major, so runs of rows share a length */
+	for (int i = 0; i < tk->n_tok; i++) {
+		memcpy(sc->q + (size_t)i * group * hd, j->c->q + (size_t)toks[i] * q_dim + head0,
+		       (size_t)group * hd * sizeof(float));
+		for (int h = 0; h < group; h++)
+			sc->n_pos[i * group + h] = b->pos[toks[i]] + 1;
+	}
+	pg_attn_tiled(&kv, sc->n_pos, hd, scale, sc->q, hd, tk->n_tok * group, sc->out, hd, sc->work);
+	for (int i = 0; i < tk->n_tok; i++)
+		memcpy(j->c->att + (size_t)toks[i] * q_dim + head0, sc->out + (size_t)i * group * hd,
+		       (size_t)group * hd * sizeof(float));
+}
+
 static void attn_worker(void *arg, int ith, int nth)
 {
-	const struct attn_job *j = arg;
-	const struct model_hparams *hp = &j->m->hp;
-	const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-	const int q_dim = hp->n_head * hd;
-	pg_f16 *acc = j->c->acc16 + (size_t)ith * hd;
-	const int n_tasks = j->b->n * hp->n_head;
-	for (int task = ith; task < n_tasks; task += nth) {
-		const int t = task / hp->n_head, h = task % hp->n_head;
-		const size_t off = (size_t)t * q_dim + (size_t)h * hd;
-		attend_one(j, j->c->q16 + off, j->b->seqs[j->b->seq[t]], j->b->pos[t] + 1, h / group, acc,
-			   j->c->att + off);
+	struct attn_job *j = arg;
+	for (int i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tasks;)
+		attn_run(j, &j->c->tasks[i], &j->c->scr[ith]);
+}
+
+/* Which path llama.cpp takes is decided per ubatch; here a sequence's
+ * tokens in this step are its ubatch (the engine prefills a sequence in
+ * steps of up to 512 tokens, llama.cpp's n_ubatch): TILE_Q of them or more
+ * run tiled, fewer one chunk. That depends on the sequence alone, so a
+ * result does not depend on what else shares the step. Returns the
+ * number of tasks, the tiled ones (the larger) first, the latest tokens
+ * (the longest rows) first among them. */
+static int attn_plan(const struct model *m, struct fwd_ctx *c, const struct fwd_batch *b)
+{
+	const int n_kv = m->hp.n_head_kv;
+	int n_seq = 0;
+	for (int t = 0; t < b->n; t++)
+		if (b->seq[t] + 1 > n_seq)
+			n_seq = b->seq[t] + 1;
+	memset(c->seq_start, 0, (size_t)(n_seq + 1) * sizeof *c->seq_start);
+	for (int t = 0; t < b->n; t++)
+		c->seq_start[b->seq[t] + 1]++;
+	for (int i = 0; i < n_seq; i++)
+		c->seq_start[i + 1] += c->seq_start[i];
+	for (int t = 0; t < b->n; t++)
+		c->tok_order[c->seq_start[b->seq[t]]++] = t;
+	for (int i = n_seq; i > 0; i--)
+		c->seq_start[i] = c->seq_start[i - 1];
+	c->seq_start[0] = 0;
+	const bool tiled_ok = pg_attn_tiled_ok(m->hp.head_dim);
+	int n = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int sq = 0; sq < n_seq; sq++) {
+			const int first = c->seq_start[sq], cnt = c->seq_start[sq + 1] - first;
+			const bool tiled = tiled_ok && cnt >= TILE_Q;
+			if (tiled != (pass == 0))
+				continue;
+			const int step = tiled ? TILE_Q : 1;
+			for (int i = (cnt - 1) / step * step; i >= 0; i -= step)
+				for (int h = 0; h < n_kv; h++)
+					c->tasks[n++] = (struct attn_task){ h, first + i,
+									    cnt - i < step ? cnt - i : step, tiled };
+		}
+	return n;
+}
+
+/* Room for the block pointers of the longest sequence. */
+static int attn_reserve(struct fwd_ctx *c, const struct kv_pool *kv)
+{
+	const int need = (c->n_ctx + kv->block_size - 1) / kv->block_size + 1;
+	if (c->blk_cap >= need)
+		return 0;
+	for (int i = 0; i < c->n_threads; i++) {
+		const pg_f16 **p = realloc(c->scr[i].blk, 2 * (size_t)need * sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		c->scr[i].blk = p;
 	}
+	c->blk_cap = need;
+	return 0;
 }
 
 static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv,
-			    const struct fwd_batch *b, int l)
+			    const struct fwd_batch *b, int l, int n_tasks)
 {
 	const struct model_hparams *hp = &m->hp;
 	const struct model_layer *ly = &m->layers[l];
@@ -212,11 +322,10 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 		const struct kv_seq *s = b->seqs[b->seq[t]];
 		rope(m, q, hp->n_head, b->pos[t]);
 		rope(m, k, hp->n_head_kv, b->pos[t]);
-		pg_f32_to_f16_row(q, c->q16 + (size_t)t * q_dim, q_dim);
 		pg_f32_to_f16_row(k, kv_k_row(kv, s, l, b->pos[t]), kv_dim);
 		pg_f32_to_f16_row(c->v + (size_t)t * kv_dim, kv_v_row(kv, s, l, b->pos[t]), kv_dim);
 	}
-	struct attn_job job = { m, c, kv, b, l };
+	struct attn_job job = { m, c, kv, b, l, n_tasks, 0 };
 	double work = 0;
 	for (int t = 0; t < n; t++)
 		work += (double)(b->pos[t] + 1) * q_dim * 2;
@@ -247,15 +356,19 @@ int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, 
 	if (b->n <= 0 || b->n > c->max_tokens)
 		return -EINVAL;
 	for (int t = 0; t < b->n; t++) {
-		if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab || b->pos[t] < 0 || b->pos[t] >= c->n_ctx)
+		if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab || b->pos[t] < 0 || b->pos[t] >= c->n_ctx ||
+		    b->seq[t] < 0 || b->seq[t] >= b->n)
 			return -EINVAL;
 		pg_dequant_row(m->tok_embd.type,
 			       (const uint8_t *)m->tok_embd.data +
 				       pg_row_size(m->tok_embd.type, hp->n_embd) * (size_t)b->tokens[t],
 			       c->x + (size_t)t * hp->n_embd, hp->n_embd);
 	}
+	if (attn_reserve(c, kv))
+		return -ENOMEM;
+	const int n_tasks = attn_plan(m, c, b);
 	for (int l = 0; l < hp->n_layer; l++) {
-		attention_layer(m, c, kv, b, l);
+		attention_layer(m, c, kv, b, l, n_tasks);
 		ffn_layer(m, c, b->n, l);
 	}
 	int n_out = 0;

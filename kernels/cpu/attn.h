@@ -1,0 +1,80 @@
+/* kernels/cpu/attn.h — what the attention kernels of each ISA share
+ * (attn.c: scalar and dispatch; attn_avx2.c, attn_avx512.c).
+ *
+ * Both of ggml's paths have per-element arithmetic that does not depend on
+ * the vector width except in two places: the f16 dot of the one-chunk path
+ * (summation order) and the softmax of the tiled path (vector expf, sum
+ * order). Everything else is one FMA chain or one rounding per element, so
+ * the 256-bit and 512-bit bodies give the same bits wherever ggml's do.
+ */
+#ifndef PAGODA_KERNELS_CPU_ATTN_H
+#define PAGODA_KERNELS_CPU_ATTN_H
+
+#include "kernels/backend.h"
+
+/* ggml_fa_tile_config::KV: the tiled path's KV tile, aligned at position 0. */
+#define PG_ATTN_KV_TILE 64
+/* Largest head size the kernels take (stack buffers). */
+#define PG_ATTN_MAX_HD 512
+
+/* ggml_vec_soft_max_f32(n, x, x, max): x[i] = exp(x[i] - max), returns the
+ * sum in double, accumulated one vector of the ISA's width at a time.
+ * n is a multiple of that width. */
+typedef double (*pg_attn_softmax_fn)(float *x, int n, float max);
+
+
+/* The F16C/FMA bodies (attn_avx2.c). The one-chunk dot sums in the order of
+ * llama.cpp's AVX-512 build, as the avx2 table's dot_f16 does. */
+void pg_attn_chunk_x86(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q,
+		       size_t ldq, int n_q, float *out, size_t ldo);
+/* The same on 512-bit vectors (attn_avx512.c): the same bits, fewer
+ * instructions. */
+void pg_attn_chunk_avx512(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q,
+			  size_t ldq, int n_q, float *out, size_t ldo);
+/* The ISA-specific pieces of the tiled kernel. Scores: kq[r][j] = (FMA
+ * chain over d of kt[d][j] * q[r][d]) * scale for r < nr (<= 4), j < nw (a
+ * multiple of 16). Accumulate: acc[r] += sum over t < nt of kq[r][t] * v[t],
+ * one FMA chain per element in t order. Both are ggml's simd_gemm element
+ * by element, whatever the vector width. */
+struct pg_attn_tiled_ops {
+	void (*scores)(const float *kt, int hd, const float *q, size_t ldq, int nr, float scale, int nw, float *kq);
+	void (*accumulate)(const float *v, int hd, const float *kq, int nr, int nt, float *acc);
+	pg_attn_softmax_fn softmax;
+	int sm_width; /* the softmax's vector width: 8 or 16 floats */
+};
+extern const struct pg_attn_tiled_ops pg_attn_tiled_avx2, pg_attn_tiled_avx512;
+void pg_attn_tiled_x86(const struct pg_attn_kv *kv, const int *n_pos, int hd, float scale, const float *q,
+		       size_t ldq, int n_q, float *out, size_t ldo, float *work, const struct pg_attn_tiled_ops *ops);
+
+/* Where position p's row starts. */
+static inline const pg_f16 *pg_attn_row(const pg_f16 *const *blocks, const struct pg_attn_kv *kv, int p)
+{
+	return blocks[p / kv->block_size] + (size_t)(p % kv->block_size) * kv->stride;
+}
+
+/* Work layout of the tiled kernels, in floats: the K tile transposed
+ * (hd x 64), the V tile (64 x hd), 4 rows of scores, then per query row
+ * M, S and the f32 V accumulator. */
+static inline size_t pg_attn_work_kt(int hd)
+{
+	(void)hd;
+	return 0;
+}
+static inline size_t pg_attn_work_v(int hd)
+{
+	return (size_t)hd * PG_ATTN_KV_TILE;
+}
+static inline size_t pg_attn_work_kq(int hd)
+{
+	return 2 * (size_t)hd * PG_ATTN_KV_TILE;
+}
+static inline size_t pg_attn_work_ms(int hd)
+{
+	return pg_attn_work_kq(hd) + 4 * PG_ATTN_KV_TILE;
+}
+static inline size_t pg_attn_work_acc(int hd, int n_q)
+{
+	return (pg_attn_work_ms(hd) + 2 * (size_t)n_q + 15) & ~(size_t)15;
+}
+
+#endif
