@@ -243,13 +243,21 @@ static void attn_worker(void *arg, int ith, int nth)
 		attn_run(j, &j->c->tasks[i], &j->c->scr[ith]);
 }
 
-/* Which path llama.cpp takes is decided per ubatch; here a sequence's
- * tokens in this step are its ubatch (the engine prefills a sequence in
- * steps of up to 512 tokens, llama.cpp's n_ubatch): TILE_Q of them or more
- * run tiled, fewer one chunk. That depends on the sequence alone, so a
- * result does not depend on what else shares the step. Returns the
- * number of tasks, the tiled ones (the larger) first, the latest tokens
- * (the longest rows) first among them. */
+/* Which path llama.cpp takes is decided per ubatch: TILE_Q query tokens or
+ * more run tiled, fewer one chunk. b->ubatch says, per token, how large
+ * llama.cpp's ubatch is when it computes that token for the request alone
+ * (the engine knows the prompt length); the rule is applied per token, so
+ * a result never depends on how the engine split the prompt or what else
+ * shares the step. */
+static bool attn_tiled(const struct fwd_batch *b, int t, bool tiled_ok)
+{
+	return tiled_ok && (b->ubatch ? b->ubatch[t] : b->n) >= TILE_Q;
+}
+
+/* Tasks: per sequence, runs of consecutive tokens with the same path; a
+ * tiled run in tiles of TILE_Q tokens, a one-chunk token alone, each for
+ * every KV head. Returns the number of tasks, the tiled ones (the larger)
+ * first, the latest tokens (the longest rows) first among them. */
 static int attn_plan(const struct model *m, struct fwd_ctx *c, const struct fwd_batch *b)
 {
 	const int n_kv = m->hp.n_head_kv;
@@ -271,15 +279,23 @@ static int attn_plan(const struct model *m, struct fwd_ctx *c, const struct fwd_
 	int n = 0;
 	for (int pass = 0; pass < 2; pass++)
 		for (int sq = 0; sq < n_seq; sq++) {
-			const int first = c->seq_start[sq], cnt = c->seq_start[sq + 1] - first;
-			const bool tiled = tiled_ok && cnt >= TILE_Q;
-			if (tiled != (pass == 0))
-				continue;
-			const int step = tiled ? TILE_Q : 1;
-			for (int i = (cnt - 1) / step * step; i >= 0; i -= step)
-				for (int h = 0; h < n_kv; h++)
-					c->tasks[n++] = (struct attn_task){ h, first + i,
-									    cnt - i < step ? cnt - i : step, tiled };
+			const int end = c->seq_start[sq + 1];
+			for (int r1 = end; r1 > c->seq_start[sq];) {
+				/* the run [r0, r1) of tokens sharing a path */
+				const bool tiled = attn_tiled(b, c->tok_order[r1 - 1], tiled_ok);
+				int r0 = r1 - 1;
+				while (r0 > c->seq_start[sq] && attn_tiled(b, c->tok_order[r0 - 1], tiled_ok) == tiled)
+					r0--;
+				if (tiled == (pass == 0)) {
+					const int step = tiled ? TILE_Q : 1, cnt = r1 - r0;
+					for (int i = (cnt - 1) / step * step; i >= 0; i -= step)
+						for (int h = 0; h < n_kv; h++)
+							c->tasks[n++] = (struct attn_task){
+								h, r0 + i, cnt - i < step ? cnt - i : step, tiled
+							};
+				}
+				r1 = r0;
+			}
 		}
 	return n;
 }

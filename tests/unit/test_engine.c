@@ -204,6 +204,51 @@ START_TEST(test_small_chunks)
 }
 END_TEST
 
+/* Attention takes llama.cpp's path per token (tiled for prompts of 64
+ * tokens or more, where the head size allows it): a prompt prefilled 7
+ * tokens at a time, beside another request, must give the same tokens as
+ * the same prompt prefilled in one step. synth-kq has head_dim 64, so the
+ * tiled path is taken on every SIMD ISA. */
+static void run_long_prompt(struct engine_opts o, const int32_t *prompt, int n, bool with_other, struct out *res)
+{
+	char path[4096], err[512];
+	ck_assert(testdata_path(path, sizeof path, "models/synth-kq-Q8_0.gguf") == 0);
+	o.model_path = path;
+	o.threads = 2;
+	struct engine *e;
+	ck_assert_msg(engine_create(&o, &e, err, sizeof err) == 0, "%s", err);
+	struct engine_req r, r2;
+	struct out other;
+	init_req(&r, res, 1, (int32_t *)prompt, n, 16);
+	ck_assert_int_eq(engine_submit(e, &r), 0);
+	if (with_other) {
+		init_req(&r2, &other, 2, (int32_t *)prompt + 10, n - 10, 16);
+		ck_assert_int_eq(engine_submit(e, &r2), 0);
+	}
+	drain(e);
+	ck_assert(res->done && res->n > 0);
+	engine_destroy(e);
+}
+
+START_TEST(test_attention_path_independent_of_chunking)
+{
+	char path[4096];
+	if (testdata_path(path, sizeof path, "models/synth-kq-Q8_0.gguf") != 0)
+		return;
+	int32_t prompt[150];
+	srand(99);
+	prompt[0] = 1;
+	for (int i = 1; i < 150; i++)
+		prompt[i] = 3 + rand() % 500;
+	static struct out whole, pieces;
+	run_long_prompt((struct engine_opts){ 0 }, prompt, 150, false, &whole);
+	run_long_prompt((struct engine_opts){ .prefill_chunk = 7, .max_batch_tokens = 20 }, prompt, 150, true, &pieces);
+	ck_assert_int_eq(whole.n, pieces.n);
+	ck_assert_msg(memcmp(whole.ids, pieces.ids, whole.n * sizeof(int32_t)) == 0,
+		      "a prompt prefilled in pieces differs from the same prompt in one step");
+}
+END_TEST
+
 /* A 1,100-token system prompt shared by later requests. */
 START_TEST(test_shared_prefix)
 {
@@ -379,6 +424,7 @@ int main(void)
 	tcase_add_test(tc, test_batched_equals_solo_cache_off);
 	tcase_add_test(tc, test_preemption);
 	tcase_add_test(tc, test_small_chunks);
+	tcase_add_test(tc, test_attention_path_independent_of_chunking);
 	tcase_add_test(tc, test_shared_prefix);
 	tcase_add_test(tc, test_kv_waste);
 	tcase_add_test(tc, test_stop_string);
