@@ -60,12 +60,14 @@ void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, in
 		for (int j = 0; j < 8; j++) {
 			float acc = 0;
 			for (int64_t i = 0; i < nb; i++) {
-				const uint8_t *q = qs + (size_t)i * 128 + 8 * j;
+				/* the row's 16 bytes of block_q4_0.qs, back together */
+				uint8_t q[16];
+				memcpy(q, qs + (size_t)i * 128 + 8 * j, 8);
+				memcpy(q + 8, qs + (size_t)i * 128 + 64 + 8 * j, 8);
 				const int8_t *y = xr[i].qs;
 				int isum = xr[i].off;
-				for (int t = 0; t < 8; t++)
-					isum += (q[t] & 0xF) * y[t] + (q[t] >> 4) * y[t + 16] +
-						(q[64 + t] & 0xF) * y[t + 8] + (q[64 + t] >> 4) * y[t + 24];
+				for (int t = 0; t < 16; t++)
+					isum += (q[t] & 0xF) * y[t] + (q[t] >> 4) * y[t + 16];
 				acc = fmaf((float)isum, pg_f16_to_f32(sc[8 * i + j]) * xr[i].d, acc);
 			}
 			s[(size_t)r * bs + j] = acc;

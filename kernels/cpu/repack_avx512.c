@@ -39,8 +39,10 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		acc[r] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *q = qs + (size_t)i * 128;
-		_mm_prefetch((const char *)q + 1024, _MM_HINT_T0);
-		_mm_prefetch((const char *)q + 1024 + 64, _MM_HINT_T0);
+		/* groups follow one another: 8 KB ahead (about one group of
+		 * k = 2048) keeps decode's stream from DRAM in flight */
+		_mm_prefetch((const char *)q + 8192, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + 8192 + 64, _MM_HINT_T0);
 		const __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
 		const __m512i w0l = _mm512_and_si512(q0, lo4), w0h = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
 		const __m512i w1l = _mm512_and_si512(q1, lo4), w1h = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
@@ -49,13 +51,12 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		#pragma GCC unroll 8
 		for (int r = 0; r < nr; r++) {
 			const pg_q8x *xb = (const pg_q8x *)((const char *)x + (size_t)r * bx) + i;
+			/* one chain: the rows of the tile give the parallelism */
 			__m512i a = _mm512_maskz_set1_epi32(0x5555, xb->off);
-			__m512i b = _mm512_setzero_si512();
 			a = _mm512_dpbusd_epi32(a, w0l, bcast8(xb->qs));
-			b = _mm512_dpbusd_epi32(b, w0h, bcast8(xb->qs + 16));
 			a = _mm512_dpbusd_epi32(a, w1l, bcast8(xb->qs + 8));
-			b = _mm512_dpbusd_epi32(b, w1h, bcast8(xb->qs + 24));
-			a = _mm512_add_epi32(a, b);
+			a = _mm512_dpbusd_epi32(a, w0h, bcast8(xb->qs + 16));
+			a = _mm512_dpbusd_epi32(a, w1h, bcast8(xb->qs + 24));
 			a = _mm512_add_epi32(a, _mm512_srli_epi64(a, 32));
 			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[r]);
 		}
