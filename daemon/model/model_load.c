@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,52 +233,97 @@ static void drop_file_pages(const struct model *m, const void *data, size_t byte
 		madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* The copies are built by several threads, each taking a share of every
+ * matrix's groups: most of the cost is the kernel zeroing fresh pages on
+ * first touch, which then runs on every core too. */
+struct repack_work {
+	struct model_weight *const *ws;
+	const size_t *dst_off;
+	int n, ith, nth;
+	uint8_t *base;
+};
+
+static void *repack_part(void *a)
+{
+	const struct repack_work *rw = a;
+	for (int i = 0; i < rw->n; i++) {
+		const struct model_weight *w = rw->ws[i];
+		const int64_t ng = w->rows / 8, g0 = ng * rw->ith / rw->nth, g1 = ng * (rw->ith + 1) / rw->nth;
+		if (g1 <= g0)
+			continue;
+		const size_t wrow = pg_row_size(PG_TYPE_Q4_0, w->cols);
+		pg_q4_0_x8_repack((const uint8_t *)w->data + (size_t)g0 * 8 * wrow,
+				  rw->base + rw->dst_off[i] + (size_t)g0 * PG_X8_GROUP_BYTES(w->cols / QK4_0),
+				  (g1 - g0) * 8, w->cols);
+	}
+	return NULL;
+}
+
 static int repack_weights(struct loader *l)
 {
 	struct model *m = l->m;
 	const int nw = 7 * m->hp.n_layer + 1;
 	struct model_weight **ws = malloc(nw * sizeof *ws);
-	if (!ws)
+	size_t *off = malloc(nw * sizeof *off);
+	if (!ws || !off) {
+		free(ws);
+		free(off);
 		return lfail(l, "model: out of memory");
+	}
 	int n = 0;
 	for (int i = 0; i < m->hp.n_layer; i++) {
 		struct model_layer *ly = &m->layers[i];
 		struct model_weight *lw[] = { &ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down };
 		for (int j = 0; j < 7; j++)
-			ws[n++] = lw[j];
+			if (repackable(lw[j]))
+				ws[n++] = lw[j];
 	}
-	ws[n++] = &m->output;
+	if (repackable(&m->output))
+		ws[n++] = &m->output;
 	size_t total = 0;
-	for (int i = 0; i < n; i++)
-		if (repackable(ws[i]))
-			total += pg_q4_0_x8_size(ws[i]->rows, ws[i]->cols); /* multiples of 64 */
-	if (!total) {
-		free(ws);
-		return 0;
+	for (int i = 0; i < n; i++) {
+		off[i] = total;
+		total += pg_q4_0_x8_size(ws[i]->rows, ws[i]->cols); /* multiples of 64 */
 	}
+	int r = 0;
+	if (!total)
+		goto out;
 	void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
-		free(ws);
-		return lfail(l, "model: cannot map %zu bytes for the repacked Q4_0 weights: %s", total,
-			     strerror(errno));
+		r = lfail(l, "model: cannot map %zu bytes for the repacked Q4_0 weights: %s", total, strerror(errno));
+		goto out;
 	}
 	madvise(p, total, MADV_HUGEPAGE); /* fewer TLB misses while streaming */
 	m->repack = p;
 	m->repack_size = total;
-	size_t off = 0;
+	enum { MAX_THREADS = 8 };
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int nth = ncpu < 1 ? 1 : ncpu > MAX_THREADS ? MAX_THREADS : (int)ncpu;
+	struct repack_work rw[MAX_THREADS];
+	pthread_t tid[MAX_THREADS];
+	bool started[MAX_THREADS] = { false };
+	for (int t = 0; t < nth; t++) {
+		rw[t] = (struct repack_work){ ws, off, n, t, nth, p };
+		if (t > 0)
+			started[t] = pthread_create(&tid[t], NULL, repack_part, &rw[t]) == 0;
+	}
+	repack_part(&rw[0]);
+	for (int t = 1; t < nth; t++) {
+		if (started[t])
+			pthread_join(tid[t], NULL);
+		else
+			repack_part(&rw[t]); /* no thread: do its share here */
+	}
 	for (int i = 0; i < n; i++) {
 		struct model_weight *w = ws[i];
-		if (!repackable(w))
-			continue;
-		const size_t sz = pg_q4_0_x8_size(w->rows, w->cols);
-		pg_q4_0_x8_repack(w->data, (uint8_t *)p + off, w->rows, w->cols);
 		drop_file_pages(m, w->data, pg_row_size(w->type, w->cols) * (size_t)w->rows);
-		w->data = (uint8_t *)p + off;
+		w->data = (uint8_t *)p + off[i];
 		w->type = PG_TYPE_Q4_0_X8;
-		off += sz;
 	}
+out:
 	free(ws);
-	return 0;
+	free(off);
+	return r;
 }
 
 static int load_all(struct loader *l, const char *path)
