@@ -32,6 +32,10 @@ enum pg_type {
 	PG_TYPE_I64 = 27,
 	PG_TYPE_F64 = 28,
 	PG_TYPE_BF16 = 30,
+	/* Internal, never in a file: Q4_0 weights repacked at load into groups
+	 * of 8 interleaved rows (kernels/cpu/repack.h). The type table does not
+	 * know it, so the GGUF reader refuses it and pg_row_size gives 0. */
+	PG_TYPE_Q4_0_X8 = 38,
 	PG_TYPE_COUNT = 40,
 };
 

@@ -124,24 +124,60 @@ static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, 
 	return n < per_ctx ? per_ctx : n;
 }
 
-/* Reads every weight page once, reporting progress, so the first request
+/* The weights still read from the file's mapping. The repacked ones were
+ * written into their own copy at load, so are resident already, and their
+ * file pages are not read again: touching those would only map them back. */
+static size_t file_weights(const struct model *m, const struct model_weight **out)
+{
+	size_t n = 0;
+	for (int i = 0; i < m->hp.n_layer; i++) {
+		const struct model_layer *ly = &m->layers[i];
+		const struct model_weight *lw[] = { &ly->wq, &ly->wk, &ly->wv, &ly->wo,
+						    &ly->w_gate, &ly->w_up, &ly->w_down };
+		for (int j = 0; j < 7; j++)
+			out[n++] = lw[j];
+	}
+	out[n++] = &m->tok_embd;
+	if (m->output.data != m->tok_embd.data)
+		out[n++] = &m->output;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (out[i]->type != PG_TYPE_Q4_0_X8)
+			out[k++] = out[i];
+	return k;
+}
+
+/* Reads every page of those once, reporting progress, so the first request
  * does not pay for page faults and an operator sees loading advance. */
 static void prefault_weights(const struct model *m, const struct engine_opts *o)
 {
-	const struct gguf_file *g = m->gguf;
+	const struct model_weight **ws = malloc((7 * (size_t)m->hp.n_layer + 2) * sizeof *ws);
+	if (!ws)
+		return; /* only an optimisation */
+	const size_t nw = file_weights(m, ws);
 	const size_t chunk = 64u << 20;
-	size_t done = 0, total = g->size - g->data_offset;
+	size_t done = 0, total = 0;
+	for (size_t i = 0; i < nw; i++)
+		total += pg_row_size(ws[i]->type, ws[i]->cols) * (size_t)ws[i]->rows;
 	volatile uint8_t sink = 0;
-	for (size_t off = g->data_offset; off < g->size; off += chunk) {
-		size_t n = g->size - off < chunk ? g->size - off : chunk;
-		madvise((void *)((uintptr_t)(g->base + off) & ~(uintptr_t)4095), n, MADV_WILLNEED);
-		for (size_t i = 0; i < n; i += 4096)
-			sink += g->base[off + i];
-		done += n;
-		if (o->progress)
-			o->progress(o->progress_user, "loading weights", total ? (double)done / total : 1.0);
+	for (size_t i = 0; i < nw; i++) {
+		const uint8_t *base = ws[i]->data;
+		const size_t size = pg_row_size(ws[i]->type, ws[i]->cols) * (size_t)ws[i]->rows;
+		for (size_t off = 0; off < size; off += chunk) {
+			size_t n = size - off < chunk ? size - off : chunk;
+			uintptr_t a = (uintptr_t)(base + off) & ~(uintptr_t)4095;
+			madvise((void *)a, (uintptr_t)(base + off + n) - a, MADV_WILLNEED);
+			for (size_t p = 0; p < n; p += 4096)
+				sink += base[off + p];
+			done += n;
+			if (o->progress)
+				o->progress(o->progress_user, "loading weights", total ? (double)done / total : 1.0);
+		}
 	}
 	(void)sink;
+	free(ws);
+	if (o->progress && !total)
+		o->progress(o->progress_user, "loading weights", 1.0);
 }
 
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)

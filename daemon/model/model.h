@@ -2,7 +2,9 @@
  * mistral-style llama files, qwen2) and its batched forward pass.
  *
  * Weights stay in the file's mapping, in the file's types; only the small
- * 1-D tensors (norms, biases) are converted to f32 at load.
+ * 1-D tensors (norms, biases) are converted to f32 at load, and Q4_0
+ * matrices with a multiple of 8 rows are repacked into an anonymous copy
+ * (PG_TYPE_Q4_0_X8, kernels/cpu/repack.h) as llama.cpp repacks them.
  */
 #ifndef PAGODA_MODEL_H
 #define PAGODA_MODEL_H
@@ -29,7 +31,7 @@ struct model_hparams {
 };
 
 struct model_weight {
-	const void *data;
+	const void *data; /* in the file's mapping, or in model.repack */
 	uint32_t type;
 	int64_t rows, cols; /* rows outputs of cols inputs each */
 };
@@ -51,7 +53,9 @@ struct model {
 	char name[128];
 	char arch_name[32];
 	uint64_t n_params;
-	uint32_t main_type; /* weight type of most of the bytes */
+	uint32_t main_type; /* weight type of most of the bytes (as in the file) */
+	void *repack;	    /* anonymous mapping of the repacked weights, or NULL */
+	size_t repack_size;
 };
 
 int model_load(const char *path, struct model **out, char *err, size_t errlen);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/repack.h"
 
 /* Widest tile of activation rows a gemv kernel takes in one call: each
  * weight block is decoded once and used against this many rows. */
@@ -36,6 +37,7 @@ struct pg_kern {
 	const char *name;
 	pg_gemv_fn gemv[PG_TYPE_COUNT];
 	pg_gemv8_fn gemv8[PG_TYPE_COUNT]; /* weights with n % 8 == 0; NULL: gemv */
+	pg_q4_0_x8_fn q4_0_x8; /* PG_TYPE_Q4_0_X8 (repack.h) */
 	pg_from_float_fn from_float[PG_TYPE_COUNT]; /* indexed by vec-dot type */
 	const struct pg_act_pack *act_pack[PG_TYPE_COUNT]; /* by weight type; NULL: none */
 	void (*softmax)(float *x, int64_t n);

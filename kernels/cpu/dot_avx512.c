@@ -176,6 +176,7 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_Q8_0] = gemv8_q8_0,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 	},
+	.q4_0_x8 = pg_q4_0_x8_avx512,
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = x86_f16_from_float,

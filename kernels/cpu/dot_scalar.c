@@ -444,6 +444,7 @@ const struct pg_kern pg_kern_scalar = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 	},
+	.q4_0_x8 = pg_q4_0_x8_scalar,
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = pg_f16_from_float_scalar,

@@ -13,6 +13,12 @@
  * group goes to gemv8 in one call (see cpu.h). Where the ISA also packs
  * the activations for that type (struct pg_act_pack), they are packed
  * once per matmul and the tiles are 2 * PG_PACK_PAIRS rows wide.
+ *
+ * Q4_0 weights repacked at load (PG_TYPE_Q4_0_X8, repack.h) take their own
+ * path: activations become pg_q8x blocks (Q8_0 plus the -8·Σy the kernel
+ * starts each block from), chunks are whole groups, and activation rows go
+ * in tiles of PG_X8_MAX_NR. The order of each output's float ops is fixed
+ * by the kernel, so tiles and chunks change no bits.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -27,6 +33,7 @@ uint32_t pg_vec_dot_type(uint32_t wtype)
 	case PG_TYPE_F16: return PG_TYPE_F16;
 	case PG_TYPE_BF16: return PG_TYPE_BF16;
 	case PG_TYPE_Q4_0:
+	case PG_TYPE_Q4_0_X8:
 	case PG_TYPE_Q5_0:
 	case PG_TYPE_Q8_0: return PG_TYPE_Q8_0;
 	case PG_TYPE_Q4_1:
@@ -204,9 +211,16 @@ static bool setup(struct mm_job *j, const void *W, uint32_t wtype, int64_t n, in
 	return true;
 }
 
+static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, const float *X, const void *Xq,
+		      int64_t m, float *Y, int64_t ldy);
+
 void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const void *Xq,
 		 int64_t m, float *Y, int64_t ldy)
 {
+	if (wtype == PG_TYPE_Q4_0_X8) {
+		x8_matmul(p, W, n, k, NULL, Xq, m, Y, ldy);
+		return;
+	}
 	struct mm_job j;
 	if (!setup(&j, W, wtype, n, k, m, Y, ldy))
 		return;
@@ -214,9 +228,107 @@ void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, in
 	run_matmul(p, &j, wtype);
 }
 
+/* ---- PG_TYPE_Q4_0_X8 ---------------------------------------------------- */
+
+struct x8_job {
+	pg_q4_0_x8_fn fn;
+	pg_from_float_fn from_float;
+	const char *W;
+	size_t gbytes; /* bytes of a group of 8 rows */
+	int64_t n, k, nb, m;
+	const float *X; /* f32 activations, or */
+	const char *Xq; /* Q8_0 ones (row stride xrow) */
+	size_t xrow;
+	pg_q8x *Xx; /* what the kernel reads, nb blocks a row */
+	float *Y;
+	int64_t ldy;
+	int64_t chunk; /* groups */
+	_Atomic int64_t next;
+};
+
+static void x8_quant_job(void *a, int ith, int nth)
+{
+	struct x8_job *j = a;
+	for (int64_t i = ith; i < j->m; i += nth) {
+		pg_q8x *dst = j->Xx + i * j->nb;
+		if (!j->X) {
+			pg_q8x_from_q8_0(j->Xq + (size_t)i * j->xrow, dst, j->nb);
+			continue;
+		}
+		/* a block at a time: no Q8_0 row buffer needed */
+		for (int64_t b = 0; b < j->nb; b++) {
+			block_q8_0 t;
+			j->from_float(j->X + i * j->k + b * QK8_0, &t, QK8_0);
+			pg_q8x_from_q8_0(&t, dst + b, 1);
+		}
+	}
+}
+
+static void x8_job_run(void *a, int ith, int nth)
+{
+	struct x8_job *j = a;
+	(void)ith;
+	(void)nth;
+	const int64_t ng = j->n / 8, nchunks = (ng + j->chunk - 1) / j->chunk;
+	const size_t xxrow = (size_t)j->nb * sizeof(pg_q8x);
+	for (;;) {
+		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+		if (c >= nchunks)
+			break;
+		const int64_t g0 = c * j->chunk, g1 = g0 + j->chunk < ng ? g0 + j->chunk : ng;
+		for (int64_t i0 = 0; i0 < j->m; i0 += PG_X8_MAX_NR) {
+			const int nr = (int)(j->m - i0 < PG_X8_MAX_NR ? j->m - i0 : PG_X8_MAX_NR);
+			for (int64_t g = g0; g < g1; g++)
+				j->fn(j->nb, j->W + (size_t)g * j->gbytes, j->Xx + i0 * j->nb, xxrow, nr,
+				      j->Y + i0 * j->ldy + 8 * g, (size_t)j->ldy);
+		}
+	}
+}
+
+static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, const float *X, const void *Xq,
+		      int64_t m, float *Y, int64_t ldy)
+{
+	const struct pg_kern *kern = pg_kern_get();
+	if (n <= 0 || n % 8 || m <= 0 || k <= 0 || k % QK4_0)
+		return;
+	struct x8_job j = {
+		.fn = kern->q4_0_x8,
+		.from_float = kern->from_float[PG_TYPE_Q8_0],
+		.W = W,
+		.gbytes = PG_X8_GROUP_BYTES(k / QK4_0),
+		.n = n,
+		.k = k,
+		.nb = k / QK4_0,
+		.m = m,
+		.X = X,
+		.Xq = Xq,
+		.xrow = pg_row_size(PG_TYPE_Q8_0, (uint64_t)k),
+		.Y = Y,
+		.ldy = ldy,
+	};
+	j.Xx = scratch(&tl_pack, (size_t)m * (size_t)j.nb * sizeof(pg_q8x));
+	if (!j.Xx)
+		return;
+	const int nth = pg_pool_size(p);
+	if (m >= 4 && nth > 1)
+		pg_pool_run(p, x8_quant_job, &j);
+	else
+		x8_quant_job(&j, 0, 1);
+	j.chunk = pick_chunk(n, pg_row_size(PG_TYPE_Q4_0, (uint64_t)k), m, nth, true) / 8;
+	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+	if ((n <= 8 * j.chunk && m <= PG_X8_MAX_NR) || nth == 1)
+		x8_job_run(&j, 0, 1);
+	else
+		pg_pool_run(p, x8_job_run, &j);
+}
+
 void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
 	       int64_t m, float *Y, int64_t ldy)
 {
+	if (wtype == PG_TYPE_Q4_0_X8) {
+		x8_matmul(p, W, n, k, X, NULL, m, Y, ldy);
+		return;
+	}
 	struct mm_job j;
 	if (!setup(&j, W, wtype, n, k, m, Y, ldy))
 		return;

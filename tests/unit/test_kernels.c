@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/repack.h"
 
 static const char *const all_isas[] = { "scalar", "avx2", "avx512" };
 static const char *saved_isa;
@@ -704,6 +705,86 @@ START_TEST(test_q4_order_is_ggml)
 }
 END_TEST
 
+/* Q4_0 weights repacked at load (PG_TYPE_Q4_0_X8) must give the bits of
+ * the same weights unpacked (the gemv8 path, llama.cpp's q4_0_8x8 order),
+ * on every ISA, for any m (tiles of the repacked path are 8 rows, of the
+ * unpacked one 4), threaded or not, from f32 or from Q8_0 activations;
+ * and the repacked kernels of all ISAs read one layout. Weights with raw
+ * random nibbles (every level) and activations of ±1 (every value ±127)
+ * reach the extremes of the i16 sums of the AVX2 kernel. */
+START_TEST(test_q4_0_repacked_equals_unpacked)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const int64_t ks[] = { 32, 64, 96, 224, 1056, 2048 };
+	const int64_t ns[] = { 8, 16, 24, 64, 136 };
+	for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+			const int64_t k = ks[ki], n = ns[ni], mmax = 17;
+			if (k * n > 2048 * 64)
+				continue;
+			const size_t wr = pg_row_size(PG_TYPE_Q4_0, (uint64_t)k), xr = pg_act_row_size(PG_TYPE_Q4_0, k);
+			block_q4_0 *W = make_weights(PG_TYPE_Q4_0, n, k, NULL);
+			if ((ki + ni) % 2) /* raw nibbles: every level, both extremes */
+				for (int64_t b = 0; b < n * k / QK4_0; b++)
+					for (int e = 0; e < QK4_0 / 2; e++)
+						W[b].qs[e] = (uint8_t)rnd();
+			const size_t xsz = pg_q4_0_x8_size(n, k);
+			ck_assert_uint_eq(xsz, (size_t)(n / 8) * PG_X8_GROUP_BYTES(k / QK4_0));
+			void *Wx = NULL;
+			ck_assert_int_eq(posix_memalign(&Wx, 64, xsz), 0);
+			pg_q4_0_x8_repack(W, Wx, n, k);
+			float *X = malloc(sizeof(float) * (size_t)(mmax * k));
+			fill(X, mmax * k, 2.0f);
+			for (int64_t e = 0; e < k; e++) /* row 1: all ±127 */
+				X[k + e] = rnd() & 1 ? 1.0f : -1.0f;
+			float *Yw = malloc(sizeof(float) * (size_t)(mmax * n)), *Yx = malloc(sizeof(float) * (size_t)(mmax * n));
+			char *Xq = malloc(xr * (size_t)mmax);
+			for (size_t a = 0; a < 3; a++) {
+				if (!pg_cpu_set_isa(all_isas[a]))
+					continue;
+				for (int64_t r = 0; r < mmax; r++)
+					pg_quantize_act(PG_TYPE_Q4_0, X + r * k, Xq + (size_t)r * xr, k);
+				for (int64_t m = 1; m <= mmax; m += m < 9 ? 1 : 8) {
+					pg_matmul(NULL, W, PG_TYPE_Q4_0, n, k, X, m, Yw, n);
+					for (int v = 0; v < 4; v++) {
+						memset(Yx, 0xff, sizeof(float) * (size_t)(m * n));
+						if (v < 2)
+							pg_matmul(v ? pool : NULL, Wx, PG_TYPE_Q4_0_X8, n, k, X, m, Yx, n);
+						else if (v == 2)
+							pg_matmul_q(pool, Wx, PG_TYPE_Q4_0_X8, n, k, Xq, m, Yx, n);
+						else
+							for (int64_t r = 0; r < m; r++)
+								pg_matmul(NULL, Wx, PG_TYPE_Q4_0_X8, n, k, X + r * k, 1, Yx + r * n, n);
+						for (int64_t r = 0; r < m; r++)
+							for (int64_t j = 0; j < n; j++) {
+								const float want = ggml_q4_0_dot((const block_q4_0 *)((const char *)W + (size_t)j * wr),
+												 (const block_q8_0 *)(Xq + (size_t)r * xr), k / QK4_0, true);
+								ck_assert_msg(memcmp(&Yw[r * n + j], &want, 4) == 0,
+									      "unpacked %s n=%ld k=%ld m=%ld row %ld col %ld: %a != %a",
+									      all_isas[a], (long)n, (long)k, (long)m, (long)r, (long)j,
+									      Yw[r * n + j], want);
+								ck_assert_msg(memcmp(&Yx[r * n + j], &want, 4) == 0,
+									      "repacked %s n=%ld k=%ld m=%ld v=%d row %ld col %ld: %a != %a",
+									      all_isas[a], (long)n, (long)k, (long)m, v, (long)r, (long)j,
+									      Yx[r * n + j], want);
+							}
+					}
+				}
+			}
+			free(W);
+			free(Wx);
+			free(X);
+			free(Xq);
+			free(Yw);
+			free(Yx);
+		}
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
 /* Q8_0 keeps ggml_vec_dot_q8_0_q8_0's order for every m (the 8-row tiles
  * included): 8 lanes (lane l: elements 4l..4l+3 of each 32), acc_l =
  * fma(dw*dy, (float)isum_l, acc_l), then hsum_float_8. */
@@ -835,6 +916,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_elementwise);
 	tcase_add_test(tc, test_float_dot_order_is_ggml);
 	tcase_add_test(tc, test_q4_order_is_ggml);
+	tcase_add_test(tc, test_q4_0_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
 	tcase_add_test(tc, test_f16_acc_rows);
 	suite_add_tcase(s, tc);

@@ -1,0 +1,76 @@
+/* kernels/cpu/repack.c — building the Q4_0 8-row layout (repack.h), the
+ * activation blocks its kernels read, and the scalar kernel: the reference
+ * the SIMD ones must equal bit for bit (and the order of llama.cpp's
+ * q4_0_8x8 kernels: one float chain per output, one FMA per block). */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/repack.h"
+
+size_t pg_q4_0_x8_size(int64_t n, int64_t k)
+{
+	if (n <= 0 || k <= 0 || n % 8 || k % QK4_0)
+		return 0;
+	return (size_t)(n / 8) * PG_X8_GROUP_BYTES(k / QK4_0);
+}
+
+void pg_q4_0_x8_repack(const void *src, void *dst, int64_t n, int64_t k)
+{
+	const int64_t nb = k / QK4_0;
+	const size_t wrow = (size_t)nb * sizeof(block_q4_0), gbytes = PG_X8_GROUP_BYTES(nb);
+	for (int64_t g = 0; g < n / 8; g++) {
+		uint8_t *out = (uint8_t *)dst + (size_t)g * gbytes;
+		pg_f16 *sc = (pg_f16 *)(out + (size_t)nb * 128);
+		const block_q4_0 *rows[8];
+		for (int j = 0; j < 8; j++)
+			rows[j] = (const block_q4_0 *)((const char *)src + (size_t)(8 * g + j) * wrow);
+		for (int64_t i = 0; i < nb; i++) {
+			uint8_t *q = out + (size_t)i * 128;
+			for (int j = 0; j < 8; j++) {
+				memcpy(q + 8 * j, rows[j][i].qs, 8);
+				memcpy(q + 64 + 8 * j, rows[j][i].qs + 8, 8);
+				sc[8 * i + j] = rows[j][i].d;
+			}
+		}
+		memset(sc + 8 * nb, 0, gbytes - (size_t)nb * 144);
+	}
+}
+
+void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb)
+{
+	const block_q8_0 *x = src;
+	for (int64_t i = 0; i < nb; i++) {
+		int sum = 0;
+		for (int e = 0; e < 32; e++)
+			sum += x[i].qs[e];
+		dst[i].d = pg_f16_to_f32(x[i].d);
+		dst[i].off = -8 * sum;
+		memcpy(dst[i].qs, x[i].qs, 32);
+	}
+}
+
+void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+{
+	const uint8_t *qs = g;
+	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
+	for (int r = 0; r < nr; r++) {
+		const pg_q8x *xr = (const pg_q8x *)((const char *)x + (size_t)r * bx);
+		for (int j = 0; j < 8; j++) {
+			float acc = 0;
+			for (int64_t i = 0; i < nb; i++) {
+				/* the row's 16 bytes of block_q4_0.qs, back together */
+				uint8_t q[16];
+				memcpy(q, qs + (size_t)i * 128 + 8 * j, 8);
+				memcpy(q + 8, qs + (size_t)i * 128 + 64 + 8 * j, 8);
+				const int8_t *y = xr[i].qs;
+				int isum = xr[i].off;
+				for (int t = 0; t < 16; t++)
+					isum += (q[t] & 0xF) * y[t] + (q[t] >> 4) * y[t + 16];
+				acc = fmaf((float)isum, pg_f16_to_f32(sc[8 * i + j]) * xr[i].d, acc);
+			}
+			s[(size_t)r * bs + j] = acc;
+		}
+	}
+}

@@ -1,0 +1,64 @@
+/* kernels/cpu/repack.h — Q4_0 weights repacked 8 rows at a time
+ * (PG_TYPE_Q4_0_X8), and the activation rows its kernels read.
+ *
+ * llama.cpp repacks Q4_0 weights with a multiple of 8 rows (q4_0_8x8) and
+ * its kernels keep, per output, one float chain: acc = fma((float)isum,
+ * dw*dy, acc) per 32-element block, isum the block's exact integer sum.
+ * The layout here serves that order with no horizontal sums: a vector of
+ * 16 dword lanes holds 8 consecutive nibble bytes of each of the 8 rows
+ * (lane pair 2j, 2j+1 = row j), so one vpdpbusd against a broadcast of 8
+ * activation bytes leaves row j's partial sum in lanes 2j + 2j+1.
+ *
+ * A group (8 rows of k = 32·nb elements) is one contiguous run, 64-byte
+ * aligned, PG_X8_GROUP_BYTES(nb) long, so decode streams it linearly:
+ *   nb × 128 bytes of nibbles: for block i, at 128·i,
+ *       [0, 64):   row j's qs[0..7]  at 8·j   (elements 0-7 | 16-23)
+ *       [64, 128): row j's qs[8..15] at 64+8·j (elements 8-15 | 24-31)
+ *     (bytes as in block_q4_0: low nibble element e, high e + 16);
+ *   nb × 16 bytes of scales: for block i, at 128·nb + 16·i, the 8 rows' d
+ *     (f16, as in the file);
+ *   padding to a multiple of 64.
+ * Nibbles stay unsigned levels 0..15: (q - 8)·y = q·y - 8·Σy, and -8·Σy,
+ * the same for all rows, comes with the activation block (pg_q8x.off).
+ *
+ * The layout is the same for every ISA: the table can change at run time.
+ */
+#ifndef PAGODA_KERNELS_CPU_REPACK_H
+#define PAGODA_KERNELS_CPU_REPACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+#define PG_X8_GROUP_BYTES(nb) ((((size_t)(nb) * 144) + 63) & ~(size_t)63)
+
+/* Widest tile of activation rows one kernel call takes. */
+#define PG_X8_MAX_NR 8
+
+/* One activation block as the repacked kernels read it: Q8_0's scale as
+ * f32 (exact), -8 times the sum of the 32 values, and the values. */
+typedef struct {
+	float d;
+	int32_t off;
+	int8_t qs[32];
+} pg_q8x;
+
+/* Eight weight rows (one group, g) against nr (1..PG_X8_MAX_NR) activation
+ * rows of nb blocks each, bx bytes apart: s[r*bs + j] = dot(row j, x_r). */
+typedef void (*pg_q4_0_x8_fn)(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s,
+			      size_t bs);
+
+/* Bytes of the repacked copy of n rows (n % 8 == 0) of k (k % 32 == 0). */
+size_t pg_q4_0_x8_size(int64_t n, int64_t k);
+/* Repacks n rows of Q4_0 (k elements each, contiguous) into dst
+ * (pg_q4_0_x8_size bytes, 64-byte aligned). */
+void pg_q4_0_x8_repack(const void *src, void *dst, int64_t n, int64_t k);
+/* Q8_0 blocks to pg_q8x blocks, nb of them. */
+void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb);
+
+void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
+void pg_q4_0_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
+void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
+
+#endif

@@ -1,0 +1,83 @@
+/* kernels/cpu/repack_avx2.c — the Q4_0 8-row kernel (repack.h) on AVX2.
+ *
+ * Without VNNI the products go through maddubs: u8 levels 0..15 times s8
+ * activations give i16 pair sums of at most 2·15·128 = 3840 in size, and
+ * the four of a block (elements 0-7, 8-15, 16-23, 24-31) add to at most
+ * 15360, so the i16 sums are exact; madd by ones widens them to dwords and
+ * one hadd folds the two dwords of each row. That leaves the rows in the
+ * lane order 0 1 4 5 2 3 6 7; the scales are put in the same order and the
+ * result put back at the end. Per output the float ops are the scalar
+ * kernel's: acc = fma((float)isum, dw*dy, acc).
+ */
+#pragma GCC optimize("fp-contract=off")
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/repack.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE __m256i bcast8(const int8_t *p)
+{
+	int64_t v;
+	memcpy(&v, p, 8);
+	return _mm256_set1_epi64x(v);
+}
+
+/* At most 4 activation rows: 16 ymm registers. */
+ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, const int nr, float *s,
+			size_t bs)
+{
+	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
+	const __m256i lo4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+	const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7); /* its own inverse */
+	__m256 acc[4];
+	#pragma GCC unroll 4
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *q = qs + (size_t)i * 128;
+		_mm_prefetch((const char *)q + 1024, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + 1024 + 64, _MM_HINT_T0);
+		/* a: rows 0-3, b: rows 4-7; 0: qs[0..7], 1: qs[8..15] */
+		const __m256i q0a = _mm256_loadu_si256((const __m256i *)q);
+		const __m256i q0b = _mm256_loadu_si256((const __m256i *)(q + 32));
+		const __m256i q1a = _mm256_loadu_si256((const __m256i *)(q + 64));
+		const __m256i q1b = _mm256_loadu_si256((const __m256i *)(q + 96));
+		const __m256 dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 8 * i))),
+							   order);
+		#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++) {
+			const pg_q8x *xb = (const pg_q8x *)((const char *)x + (size_t)r * bx) + i;
+			const __m256i y0 = bcast8(xb->qs), y1 = bcast8(xb->qs + 8);
+			const __m256i y2 = bcast8(xb->qs + 16), y3 = bcast8(xb->qs + 24);
+			__m256i pa = _mm256_maddubs_epi16(_mm256_and_si256(q0a, lo4), y0);
+			__m256i pb = _mm256_maddubs_epi16(_mm256_and_si256(q0b, lo4), y0);
+			pa = _mm256_add_epi16(pa, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q0a, 4), lo4), y2));
+			pb = _mm256_add_epi16(pb, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q0b, 4), lo4), y2));
+			pa = _mm256_add_epi16(pa, _mm256_maddubs_epi16(_mm256_and_si256(q1a, lo4), y1));
+			pb = _mm256_add_epi16(pb, _mm256_maddubs_epi16(_mm256_and_si256(q1b, lo4), y1));
+			pa = _mm256_add_epi16(pa, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q1a, 4), lo4), y3));
+			pb = _mm256_add_epi16(pb, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q1b, 4), lo4), y3));
+			__m256i h = _mm256_hadd_epi32(_mm256_madd_epi16(pa, ones), _mm256_madd_epi16(pb, ones));
+			h = _mm256_add_epi32(h, _mm256_set1_epi32(xb->off));
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), acc[r]);
+		}
+	}
+	#pragma GCC unroll 4
+	for (int r = 0; r < nr; r++)
+		_mm256_storeu_ps(s + (size_t)r * bs, _mm256_permutevar8x32_ps(acc[r], order));
+}
+
+void pg_q4_0_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+{
+	for (; nr > 0; nr -= 4, x = (const pg_q8x *)((const char *)x + 4 * bx), s += 4 * bs) {
+		switch (nr) {
+		case 1: tile(nb, g, x, bx, 1, s, bs); break;
+		case 2: tile(nb, g, x, bx, 2, s, bs); break;
+		case 3: tile(nb, g, x, bx, 3, s, bs); break;
+		default: tile(nb, g, x, bx, 4, s, bs); break;
+		}
+	}
+}
