@@ -206,13 +206,19 @@ pagoda_gen() { # SOCK PROMPTFILE -> "n_prompt n_gen tg_tok_s ttft_ms"
 	"$B/pagoda" generate --socket "$1" -f "$2" -n "$TG" --temp 0 --ids --timings 2>&1 >/dev/null |
 		sed -n 's/.*prompt \([0-9]*\) tokens ([0-9]* cached) | generated \([0-9]*\) tokens, \([0-9.]*\) tok\/s | TTFT \([0-9.]*\) ms.*/\1 \2 \3 \4/p'
 }
-llama_bench() { # MODEL -> "pp_tok_s tg_tok_s"
+pagoda_run_short() { # MODEL -> "tg_tok_s": decode from an (almost) empty context
+	"$B/pagoda" run -m "$1" -p "Once upon a time" -n "$TG" -t "$T" --temp 0 --ids 2>&1 >/dev/null |
+		sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) tok\/s.*/\1/p'
+}
+llama_bench() { # MODEL -> "pp_tok_s tg_tok_s tg_at_depth_PP_tok_s"
 	out=$("$LLAMA_BIN/llama-bench" -m "$1" -t "$T" -p "$PP" -n "$TG" -r 1 -o jsonl 2>>"$W/llama-bench.err")
+	outd=$("$LLAMA_BIN/llama-bench" -m "$1" -t "$T" -p 0 -n "$TG" -d "$PP" -r 1 -o jsonl 2>>"$W/llama-bench.err")
 	record "{\"what\":\"llama-bench\",\"model\":\"$1\",\"load\":\"$(loadavg)\"}"
-	printf '%s\n' "$out" >>"$JS"
+	printf '%s\n%s\n' "$out" "$outd" >>"$JS"
 	pp=$(printf '%s\n' "$out" | grep "\"n_prompt\": *$PP, *\"n_gen\": *0" | head -n1)
 	tg=$(printf '%s\n' "$out" | grep "\"n_prompt\": *0, *\"n_gen\": *$TG" | head -n1)
-	echo "$(jget avg_ts "$pp") $(jget avg_ts "$tg")"
+	tgd=$(printf '%s\n' "$outd" | grep "\"n_gen\": *$TG" | head -n1)
+	echo "$(jget avg_ts "$pp") $(jget avg_ts "$tg") $(jget avg_ts "$tgd")"
 }
 llama_node() { # MODEL -> "pp_tok_s tg_tok_s"
 	nv=$("$B/pagoda" info -m "$1" 2>/dev/null | sed -n 's/.*vocab \([0-9]*\).*/\1/p' | tail -n1)
@@ -234,38 +240,41 @@ for M in "$M8" "$M4"; do
 	make_prompt "$M" "$PP" "$PF"
 	GIB=$(awk -v s="$(stat -c %s "$M")" 'BEGIN { printf "%.2f", s / 1073741824 }')
 	say ""
-	say "## prefill ($PP-token prompt) and decode ($TG tokens), $mname ($GIB GiB), $T threads, $ROUNDS rounds"
-	say "round | load | pagoda run pp / tg | pagoda generate tg, TTFT | llama-bench pp / tg | node-llama-cpp pp / tg"
+	say "## prefill ($PP-token prompt) and decode ($TG tokens, from an empty context and after the prompt), $mname ($GIB GiB), $T threads, $ROUNDS rounds"
+	say "round | load | pagoda run pp / tg@0 / tg@$PP | pagoda generate tg@$PP, TTFT | llama-bench pp / tg@0 / tg@$PP | node-llama-cpp pp / tg@0"
 	: >"$W/rounds-$mname.txt"
 	r=1
 	while [ $r -le "$ROUNDS" ]; do
 		ld=$(loadavg | cut -d' ' -f1)
 		set -- $(pagoda_run "$M" "$PF")
 		p_np=${1:-NA} p_pp=${2:-NA} p_ng=${3:-NA} p_tg=${4:-NA} p_ttft=${5:-NA}
+		p_tg0=$(pagoda_run_short "$M")
+		p_tg0=${p_tg0:-NA}
 		g_tg=NA g_ttft=NA
 		if [ "$M" = "$M8" ]; then
 			set -- $(pagoda_gen "$SOCK_NOCACHE" "$PF")
 			g_tg=${3:-NA} g_ttft=${4:-NA}
 		fi
-		l_pp=NA l_tg=NA n_pp=NA n_tg=NA
+		l_pp=NA l_tg=NA l_tgd=NA n_pp=NA n_tg=NA
 		if [ -n "$LLAMA_BIN" ]; then
 			set -- $(llama_bench "$M")
-			l_pp=${1:-NA} l_tg=${2:-NA}
+			l_pp=${1:-NA} l_tg=${2:-NA} l_tgd=${3:-NA}
 		fi
 		if [ -n "$NODE_MODS" ]; then
 			set -- $(llama_node "$M")
 			n_pp=${1:-NA} n_tg=${2:-NA}
 		fi
-		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"ttft_ms\":\"$p_ttft\"},\"pagoda_generate\":{\"tg\":\"$g_tg\",\"ttft_ms\":\"$g_ttft\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg\":\"$l_tg\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
-		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$g_tg"), $(fmt "$g_ttft") ms | $(fmt "$l_pp") / $(fmt "$l_tg") | $(fmt "$n_pp") / $(fmt "$n_tg")"
+		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\"},\"pagoda_generate\":{\"tg\":\"$g_tg\",\"ttft_ms\":\"$g_ttft\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
+		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg0") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$g_tg"), $(fmt "$g_ttft") ms | $(fmt "$l_pp") / $(fmt "$l_tg") / $(fmt "$l_tgd") | $(fmt "$n_pp") / $(fmt "$n_tg")"
 		best_pp=$(maxof "$l_pp" "$n_pp") best_tg=$(maxof "$l_tg" "$n_tg")
-		echo "$p_pp $p_tg $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg" "$best_tg") $(ratio "$g_tg" "$p_tg") $(ratio "$g_ttft" "$p_ttft") $l_pp $l_tg $n_pp $n_tg" >>"$W/rounds-$mname.txt"
+		echo "$p_pp $p_tg0 $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg0" "$best_tg") $(ratio "$g_tg" "$p_tg") $(ratio "$g_ttft" "$p_ttft") $l_pp $l_tg $n_pp $n_tg $p_tg $l_tgd $(ratio "$p_tg" "$l_tgd")" >>"$W/rounds-$mname.txt"
 		r=$((r + 1))
 	done
 	col() { awk -v c="$1" '$c != "NA" { print $c }' "$W/rounds-$mname.txt" | median; }
 	mp=$(col 1) mt=$(col 2) lp=$(col 3) lt=$(col 4) rp=$(col 5) rt=$(col 6) rg=$(col 7) rttft=$(col 8)
-	say "median pagoda: prefill $(fmt "$mp") tok/s, decode $(fmt "$mt") tok/s; llama.cpp (the stronger per round): prefill $(fmt "$lp"), decode $(fmt "$lt")"
-	say "median per-round ratios pagoda / llama.cpp: prefill ${rp}x (target >= 1.5), decode ${rt}x (target >= 1.1)"
+	mtd=$(col 13) ltd=$(col 14) rtd=$(col 15)
+	say "median pagoda: prefill $(fmt "$mp") tok/s, decode $(fmt "$mt") tok/s (after the prompt: $(fmt "$mtd")); llama.cpp (the stronger per round): prefill $(fmt "$lp"), decode $(fmt "$lt") (after the prompt, llama-bench -d $PP: $(fmt "$ltd"))"
+	say "median per-round ratios pagoda / llama.cpp: prefill ${rp}x (target >= 1.5), decode ${rt}x, decode after $PP tokens ${rtd}x (target >= 1.1)"
 	say "  llama.cpp medians: llama-bench native pp $(fmt "$(col 9)") tg $(fmt "$(col 10)"); node-llama-cpp prebuilt pp $(fmt "$(col 11)") tg $(fmt "$(col 12)")"
 	if [ "$BW" != NA ]; then
 		# Bytes one decode step reads: every weight but the token embedding table (one row of it).
@@ -279,7 +288,7 @@ for M in "$M8" "$M4"; do
 	if [ "$M" = "$M8" ]; then
 		say "pagoda generate (daemon) / pagoda run, median of rounds: decode ${rg}x, TTFT ${rttft}x (target: within 3%)"
 	fi
-	echo "$mname pp_ratio=$rp tg_ratio=$rt pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt gen_over_run=$rg" >>"$SUMMARY"
+	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt gen_over_run=$rg" >>"$SUMMARY"
 done
 
 # ---- concurrency sweep ------------------------------------------------------------
