@@ -51,12 +51,23 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		#pragma GCC unroll 8
 		for (int r = 0; r < nr; r++) {
 			const pg_q8x *xb = (const pg_q8x *)((const char *)x + (size_t)r * bx) + i;
-			/* one chain: the rows of the tile give the parallelism */
+			/* With several rows, one chain each: the rows give the
+			 * parallelism. With one (decode), four short chains, so
+			 * that blocks overlap; integer sums, exact either way. */
 			__m512i a = _mm512_maskz_set1_epi32(0x5555, xb->off);
-			a = _mm512_dpbusd_epi32(a, w0l, bcast8(xb->qs));
-			a = _mm512_dpbusd_epi32(a, w1l, bcast8(xb->qs + 8));
-			a = _mm512_dpbusd_epi32(a, w0h, bcast8(xb->qs + 16));
-			a = _mm512_dpbusd_epi32(a, w1h, bcast8(xb->qs + 24));
+			if (nr > 1) {
+				a = _mm512_dpbusd_epi32(a, w0l, bcast8(xb->qs));
+				a = _mm512_dpbusd_epi32(a, w1l, bcast8(xb->qs + 8));
+				a = _mm512_dpbusd_epi32(a, w0h, bcast8(xb->qs + 16));
+				a = _mm512_dpbusd_epi32(a, w1h, bcast8(xb->qs + 24));
+			} else {
+				const __m512i z = _mm512_setzero_si512();
+				const __m512i a0 = _mm512_dpbusd_epi32(a, w0l, bcast8(xb->qs));
+				const __m512i a1 = _mm512_dpbusd_epi32(z, w1l, bcast8(xb->qs + 8));
+				const __m512i a2 = _mm512_dpbusd_epi32(z, w0h, bcast8(xb->qs + 16));
+				const __m512i a3 = _mm512_dpbusd_epi32(z, w1h, bcast8(xb->qs + 24));
+				a = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
+			}
 			a = _mm512_add_epi32(a, _mm512_srli_epi64(a, 32));
 			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[r]);
 		}
