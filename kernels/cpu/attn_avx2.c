@@ -135,7 +135,7 @@ static void chunk_pass(const struct pg_attn_kv *kv, int n_pos, int hd, float sca
 					vs = expf(s - M[r]);
 				}
 				acc_update(acc[r], vf, ms, vs, hd, rescale);
-				S[r] = S[r] * ms + vs;
+				S[r] = fmaf(S[r], ms, vs); /* contracted in ggml's C++ (-ffp-contract=fast) */
 			}
 		}
 	}

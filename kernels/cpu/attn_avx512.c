@@ -139,7 +139,7 @@ static void chunk_pass16(const struct pg_attn_kv *kv, int n_pos, int hd, float s
 					vs = expf(s - M[r]);
 				}
 				acc_update16(acc[r], vf, ms, vs, hd, rescale);
-				S[r] = S[r] * ms + vs;
+				S[r] = fmaf(S[r], ms, vs); /* contracted in ggml's C++ (-ffp-contract=fast) */
 			}
 		}
 	}

@@ -232,7 +232,9 @@ static void ref_one_chunk(enum isa isa, const struct cache *c, int h, const floa
 		}
 		for (int i = 0; i < D; i++) /* ggml_vec_mad_f16 */
 			VKQ16[i] = f2h(fmaf(h2f(v[i]), vs, h2f(VKQ16[i])));
-		S = S * ms + vs;
+		/* GCC contracts this line of ops.cpp (C++, -ffp-contract=fast)
+		 * where the build has FMA */
+		S = isa == ISA_SCALAR ? S * ms + vs : fmaf(S, ms, vs);
 	}
 	for (int d = 0; d < D; ++d)
 		VKQ32[d] = h2f(VKQ16[d]);
