@@ -40,6 +40,15 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
  * several matmuls of the same weight type (Q, K, V; gate, up). */
 void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k,
 		 const void *Xq, int64_t m, float *Y, int64_t ldy);
+/* Same as pg_matmul, except that an activation row i with tb[i] set is
+ * summed in the order llama.cpp's llamafile_sgemm (tinyBLAS) gives it, where
+ * llama.cpp would take that path for this weight in a ubatch of two or more
+ * rows (F32/F16 weights of suitable shape, on the SIMD tables): set tb[i]
+ * for the tokens llama.cpp computes in such a ubatch. tb may be NULL. */
+void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k,
+		  const float *X, int64_t m, float *Y, int64_t ldy, const bool *tb);
+/* Whether pg_matmul_tb's flags change anything for this weight shape. */
+bool pg_matmul_tb_applies(uint32_t wtype, int64_t n, int64_t k);
 /* The type activations are converted to for a weight of type wtype
  * (ggml's vec_dot_type), its row size, and the conversion itself (the
  * same on every ISA, bit for bit). */

@@ -36,6 +36,10 @@ struct fwd_ctx {
 	int *seq_start;          /* max_tokens + 1 */
 	struct attn_scratch *scr; /* one per thread */
 	int blk_cap;             /* block pointers each scratch holds */
+	/* Per token, whether its F32/F16 matmuls take tinyBLAS's order (see
+	 * plan_order): in every layer before the last one's FFN (tb_all), in
+	 * the last layer's FFN (tb_last), and per logits row (tb_out). */
+	bool *tb_all, *tb_last, *tb_out;
 };
 
 /* Tokens of one sequence that run ggml's tiled path together: as many as
@@ -79,7 +83,10 @@ struct fwd_ctx *fwd_ctx_create(const struct model *m, int max_tokens, int n_ctx,
 	c->tok_order = calloc(T, sizeof *c->tok_order);
 	c->seq_start = calloc(T + 1, sizeof *c->seq_start);
 	c->scr = calloc(c->n_threads, sizeof *c->scr);
-	if (!c->x || !c->xn || !c->out_rows || !c->q || !c->k || !c->v || !c->att || !c->gate ||
+	c->tb_all = calloc(T, sizeof(bool));
+	c->tb_last = calloc(T, sizeof(bool));
+	c->tb_out = calloc(T, sizeof(bool));
+	if (!c->tb_all || !c->tb_last || !c->tb_out || !c->x || !c->xn || !c->out_rows || !c->q || !c->k || !c->v || !c->att || !c->gate ||
 	    !c->up || !c->tasks || !c->tok_order || !c->seq_start || !c->scr) {
 		fwd_ctx_free(c);
 		return NULL;
@@ -123,6 +130,9 @@ void fwd_ctx_free(struct fwd_ctx *c)
 	free(c->tasks);
 	free(c->tok_order);
 	free(c->seq_start);
+	free(c->tb_all);
+	free(c->tb_last);
+	free(c->tb_out);
 	free(c);
 }
 
@@ -136,10 +146,13 @@ static struct pg_pool *pool_for(const struct fwd_ctx *c, double work)
 	return work >= PARALLEL_MIN_WORK ? c->pool : NULL;
 }
 
-static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, int n, float *y)
+/* tb: per row, llama.cpp's tinyBLAS order where it would apply (see
+ * plan_order). */
+static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, int n, float *y,
+		   const bool *tb)
 {
-	pg_matmul(pool_for(c, (double)w->rows * w->cols * n), w->data, w->type, w->rows, w->cols, x, n, y,
-		  w->rows);
+	pg_matmul_tb(pool_for(c, (double)w->rows * w->cols * n), w->data, w->type, w->rows, w->cols, x, n, y,
+		     w->rows, tb);
 }
 
 static void add_bias(float *y, const float *b, int n_tokens, int dim)
@@ -300,6 +313,50 @@ static int attn_plan(const struct model *m, struct fwd_ctx *c, const struct fwd_
 	return n;
 }
 
+/* llama.cpp runs a F32/F16 matmul by tinyBLAS (llamafile_sgemm) when its
+ * ubatch has two or more rows, and by ggml_vec_dot for one; the two round
+ * differently. A token's ubatch is the one llama.cpp would compute it in
+ * for its request alone (b->ubatch), so the order depends on the token,
+ * not on what this step batched it with. In the last layer llama.cpp keeps
+ * only the rows whose logits are wanted (ggml_get_rows on inp_out_ids)
+ * after the attention output, so that layer's FFN and the output matmul
+ * run on as many rows as the ubatch wants logits for: a prompt wanting
+ * only its last token's logits computes those in vec_dot's order. The
+ * wanted tokens of a ubatch are counted among its tokens in this step: the
+ * engine puts a ubatch's tokens in one step in position order, and wants
+ * at most its last prompt token (pagoda perplexity wants every token of
+ * a window that is one ubatch). */
+static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
+{
+	int n_want = 0, n_seq = 0;
+	for (int t = 0; t < b->n; t++) {
+		c->tb_all[t] = (b->ubatch ? b->ubatch[t] : b->n) >= 2;
+		n_want += b->want[t];
+		if (b->seq[t] + 1 > n_seq)
+			n_seq = b->seq[t] + 1;
+	}
+	if (!b->ubatch) { /* the whole batch is one ubatch */
+		for (int t = 0; t < b->n; t++)
+			c->tb_last[t] = c->tb_all[t] && n_want >= 2;
+		return;
+	}
+	for (int sq = 0; sq < n_seq; sq++) {
+		const int end = c->seq_start[sq + 1];
+		for (int i = c->seq_start[sq], i1; i < end; i = i1) {
+			const int t = c->tok_order[i], win = b->pos[t] / MODEL_UBATCH;
+			int w = 0;
+			for (i1 = i; i1 < end; i1++) {
+				const int u = c->tok_order[i1];
+				if (c->tb_all[u] != c->tb_all[t] || b->pos[u] / MODEL_UBATCH != win)
+					break;
+				w += b->want[u];
+			}
+			for (int q = i; q < i1; q++)
+				c->tb_last[c->tok_order[q]] = c->tb_all[t] && w >= 2;
+		}
+	}
+}
+
 /* Room for the block pointers of the longest sequence. */
 static int attn_reserve(struct fwd_ctx *c, const struct kv_pool *kv)
 {
@@ -325,9 +382,9 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 	for (int t = 0; t < n; t++)
 		pg_rmsnorm(c->xn + (size_t)t * hp->n_embd, c->x + (size_t)t * hp->n_embd, ly->attn_norm,
 			   hp->n_embd, hp->norm_eps);
-	matmul(c, &ly->wq, c->xn, n, c->q);
-	matmul(c, &ly->wk, c->xn, n, c->k);
-	matmul(c, &ly->wv, c->xn, n, c->v);
+	matmul(c, &ly->wq, c->xn, n, c->q, c->tb_all);
+	matmul(c, &ly->wk, c->xn, n, c->k, c->tb_all);
+	matmul(c, &ly->wv, c->xn, n, c->v, c->tb_all);
 	add_bias(c->q, ly->bq, n, q_dim);
 	add_bias(c->k, ly->bk, n, kv_dim);
 	add_bias(c->v, ly->bv, n, kv_dim);
@@ -346,7 +403,7 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 	for (int t = 0; t < n; t++)
 		work += (double)(b->pos[t] + 1) * q_dim * 2;
 	pg_pool_run(pool_for(c, work), attn_worker, &job);
-	matmul(c, &ly->wo, c->att, n, c->xn);
+	matmul(c, &ly->wo, c->att, n, c->xn, c->tb_all);
 	for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
 		c->x[i] += c->xn[i];
 }
@@ -355,13 +412,14 @@ static void ffn_layer(const struct model *m, struct fwd_ctx *c, int n, int l)
 {
 	const struct model_hparams *hp = &m->hp;
 	const struct model_layer *ly = &m->layers[l];
+	const bool *tb = l == hp->n_layer - 1 ? c->tb_last : c->tb_all;
 	for (int t = 0; t < n; t++)
 		pg_rmsnorm(c->xn + (size_t)t * hp->n_embd, c->x + (size_t)t * hp->n_embd, ly->ffn_norm,
 			   hp->n_embd, hp->norm_eps);
-	matmul(c, &ly->w_gate, c->xn, n, c->gate);
-	matmul(c, &ly->w_up, c->xn, n, c->up);
+	matmul(c, &ly->w_gate, c->xn, n, c->gate, tb);
+	matmul(c, &ly->w_up, c->xn, n, c->up, tb);
 	pg_swiglu(c->gate, c->gate, c->up, (int64_t)n * hp->n_ff);
-	matmul(c, &ly->w_down, c->gate, n, c->xn);
+	matmul(c, &ly->w_down, c->gate, n, c->xn, tb);
 	for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
 		c->x[i] += c->xn[i];
 }
@@ -383,16 +441,19 @@ int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, 
 	if (attn_reserve(c, kv))
 		return -ENOMEM;
 	const int n_tasks = attn_plan(m, c, b);
+	plan_order(c, b);
 	for (int l = 0; l < hp->n_layer; l++) {
 		attention_layer(m, c, kv, b, l, n_tasks);
 		ffn_layer(m, c, b->n, l);
 	}
 	int n_out = 0;
 	for (int t = 0; t < b->n; t++)
-		if (b->want[t])
+		if (b->want[t]) {
+			c->tb_out[n_out] = c->tb_last[t];
 			pg_rmsnorm(c->out_rows + (size_t)n_out++ * hp->n_embd, c->x + (size_t)t * hp->n_embd,
 				   m->output_norm, hp->n_embd, hp->norm_eps);
+		}
 	if (n_out)
-		matmul(c, &m->output, c->out_rows, n_out, b->logits);
+		matmul(c, &m->output, c->out_rows, n_out, b->logits, c->tb_out);
 	return 0;
 }

@@ -1,0 +1,163 @@
+/* kernels/cpu/tinyblas.c — matmuls whose activation rows each pick one of
+ * llama.cpp's two float summation orders.
+ *
+ * For F32 and F16 weights llama.cpp's mul_mat first tries
+ * llamafile_sgemm, which takes the matmul (tinyBLAS, see tinyblas.h) only
+ * when the ubatch has two or more rows (ne11 >= 2), k % 16 == 0 and the
+ * weight has a multiple of 4 rows (ne01); otherwise it falls back to
+ * ggml_vec_dot (what pg_matmul computes). Which of the two a token gets
+ * thus depends on the ubatch llama.cpp would put it in, which the caller
+ * knows and passes as one flag per activation row; the shape conditions
+ * are checked here. Each output depends on its own row and flag only, so
+ * the rows may be tiled and split across threads freely.
+ *
+ * The scalar table stands for ggml's generic build, where llamafile has
+ * no F32/F16 kernel for x86 without AVX: it keeps vec_dot for every row.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/tinyblas.h"
+
+static pg_gemv_fn tb_gemv(uint32_t wtype, int64_t n, int64_t k)
+{
+	const struct pg_kern *kern = pg_kern_get();
+	if (k % PG_TB_KN != 0 || n % 4 != 0)
+		return NULL;
+	const bool f16 = wtype == PG_TYPE_F16;
+	if (wtype != PG_TYPE_F32 && !f16)
+		return NULL;
+	if (kern == &pg_kern_avx512)
+		return f16 ? pg_tb_gemv_f16_avx512 : pg_tb_gemv_f32_avx512;
+	if (kern == &pg_kern_avx2)
+		return f16 ? pg_tb_gemv_f16_avx2 : pg_tb_gemv_f32_avx2;
+	return NULL;
+}
+
+bool pg_matmul_tb_applies(uint32_t wtype, int64_t n, int64_t k)
+{
+	return tb_gemv(wtype, n, k) != NULL;
+}
+
+struct tb_job {
+	pg_gemv_fn gemv[2]; /* [0] vec_dot order, [1] tinyBLAS order */
+	const bool *tb;
+	const char *W;
+	size_t wrow, xrow;
+	int64_t n, k, m;
+	const float *X; /* conversion phase (F16) */
+	char *Xq;
+	float *Y;
+	int64_t ldy, chunk;
+	_Atomic int64_t next;
+};
+
+static void tb_quant_job(void *a, int ith, int nth)
+{
+	struct tb_job *j = a;
+	for (int64_t i = ith; i < j->m; i += nth)
+		pg_quantize_act(PG_TYPE_F16, j->X + i * j->k, j->Xq + (size_t)i * j->xrow, j->k);
+}
+
+/* As matmul.c's loop: chunks of weight rows from a shared counter; inside
+ * a chunk, tiles of up to PG_MAX_NR activation rows of one order. */
+static void tb_job_run(void *a, int ith, int nth)
+{
+	struct tb_job *j = a;
+	(void)ith;
+	(void)nth;
+	const int64_t nchunks = (j->n + j->chunk - 1) / j->chunk;
+	for (;;) {
+		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+		if (c >= nchunks)
+			break;
+		const int64_t r0 = c * j->chunk;
+		const int64_t r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
+		for (int64_t i0 = 0, i1; i0 < j->m; i0 = i1) {
+			const bool tb = j->tb[i0];
+			for (i1 = i0 + 1; i1 < j->m && i1 - i0 < PG_MAX_NR && j->tb[i1] == tb; i1++)
+				;
+			const pg_gemv_fn g = j->gemv[tb];
+			const char *x = j->Xq + (size_t)i0 * j->xrow;
+			float *y = j->Y + i0 * j->ldy;
+			for (int64_t r = r0; r < r1; r++)
+				g(j->k, j->W + (size_t)r * j->wrow, x, j->xrow, (int)(i1 - i0), y + r, (size_t)j->ldy);
+		}
+	}
+}
+
+/* matmul.c's chunk size for the same shape, so both paths split alike. */
+static int64_t tb_chunk(int64_t n, size_t wrow, int64_t m, int nth)
+{
+	int64_t c = n / ((int64_t)nth * 8);
+	if (m > PG_MAX_NR) {
+		int64_t l2 = (int64_t)((256u << 10) / (wrow ? wrow : 1));
+		if (c > l2)
+			c = l2;
+	}
+	return c < 4 ? 4 : c;
+}
+
+static _Thread_local struct {
+	void *p;
+	size_t cap;
+} tl_x16;
+
+static void *x16_scratch(size_t need)
+{
+	if (need > tl_x16.cap) {
+		free(tl_x16.p);
+		tl_x16.p = NULL;
+		tl_x16.cap = 0;
+		need = (need + 4095) & ~(size_t)4095;
+		if (posix_memalign(&tl_x16.p, 64, need) != 0) {
+			tl_x16.p = NULL;
+			return NULL;
+		}
+		tl_x16.cap = need;
+	}
+	return tl_x16.p;
+}
+
+void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
+		  int64_t m, float *Y, int64_t ldy, const bool *tb)
+{
+	const pg_gemv_fn g = tb && m > 0 ? tb_gemv(wtype, n, k) : NULL;
+	int64_t any = 0;
+	for (int64_t i = 0; g && i < m && !any; i++)
+		any = tb[i];
+	if (!any || n <= 0 || k <= 0) {
+		pg_matmul(p, W, wtype, n, k, X, m, Y, ldy);
+		return;
+	}
+	struct tb_job j = {
+		.gemv = { pg_kern_get()->gemv[wtype], g },
+		.tb = tb,
+		.W = W,
+		.wrow = pg_row_size(wtype, (uint64_t)k),
+		.xrow = pg_act_row_size(wtype, k),
+		.n = n,
+		.k = k,
+		.m = m,
+		.Y = Y,
+		.ldy = ldy,
+	};
+	if (wtype == PG_TYPE_F32) {
+		j.Xq = (char *)X;
+	} else {
+		j.Xq = x16_scratch(j.xrow * (size_t)m);
+		if (!j.Xq)
+			return;
+		j.X = X;
+		if (m >= 4 && pg_pool_size(p) > 1)
+			pg_pool_run(p, tb_quant_job, &j);
+		else
+			tb_quant_job(&j, 0, 1);
+	}
+	j.chunk = tb_chunk(n, j.wrow, m, pg_pool_size(p));
+	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+	if ((n <= j.chunk && m <= PG_MAX_NR) || pg_pool_size(p) == 1)
+		tb_job_run(&j, 0, 1);
+	else
+		pg_pool_run(p, tb_job_run, &j);
+}
