@@ -28,8 +28,9 @@ static inline float cv_f32(float v)
  * AVX-512 build runs it (the build the references come from), on 256-bit
  * halves: four 16-lane accumulators over steps of 64, FMA, reduced as
  * (a0 + a2) + (a1 + a3), then _mm512_reduce_add_ps's tree (upper 8 lanes
- * onto lower 8, then hsum_ps's tree); leftovers scalar, in double for f16
- * and by FMA in float for f32. Identical results to dot_avx512.c. */
+ * onto lower 8, then hsum_ps's tree); leftovers in order, in double for
+ * f16 and in float for f32 (see LEFT_F32). Identical results to
+ * dot_avx512.c. */
 #define VECDOT_TILE(NAME, T, LD, CV, ACC_T, LEFT)                                                      \
 	ALWAYS_INLINE void NAME##_tile(int64_t k, const T *w, const void *x, size_t bx, const int nr,    \
 				       float *s, size_t bs)                                              \
@@ -55,12 +56,15 @@ static inline float cv_f32(float v)
 							_mm256_add_ps(a[r][3], a[r][7]));                \
 			ACC_T t = (ACC_T)hsum_ps(_mm256_add_ps(hi, lo));                                 \
 			for (int64_t j = i; j < k; j++)                                                  \
-				LEFT(t, CV(w[j]), CV(xr[j]));                                            \
+				LEFT(t, CV(w[j]), CV(xr[j]), j >= i + (k - i) / 8 * 8);                  \
 			s[(size_t)r * bs] = (float)t;                                                    \
 		}                                                                                        \
 	}
-#define LEFT_F32(t, a, b) t = fmaf(a, b, t)
-#define LEFT_F64(t, a, b) t += (double)((a) * (b))
+/* GCC vectorizes ggml's f32 leftover loop 16 and 8 elements at a time:
+ * those products are rounded, then added one by one; only the last k % 8
+ * are fused (vfmadd231ss). f16 products are exact, so fusing is moot. */
+#define LEFT_F32(t, a, b, fused) t = (fused) ? fmaf(a, b, t) : t + (a) * (b)
+#define LEFT_F64(t, a, b, fused) t += (double)((a) * (b))
 VECDOT_TILE(f32, float, ld_f32, cv_f32, float, LEFT_F32)
 VECDOT_TILE(f16, pg_f16, ld_f16, f16s, double, LEFT_F64)
 

@@ -31,7 +31,7 @@ static inline float cv_f32(float v)
 /* ggml_vec_dot_f32 / ggml_vec_dot_f16 on AVX-512 (what ggml runs for one
  * activation row): GGML_F32_STEP 64 = four accumulators of 16 lanes, FMA,
  * reduced as (a0 + a2) + (a1 + a3), then _mm512_reduce_add_ps; leftovers
- * (k % 64) scalar, in double for f16 and in float with FMA for f32. */
+ * (k % 64) in order, in double for f16 and in float for f32 (see LEFT_F32). */
 #define VECDOT_TILE(NAME, T, LD, CV, ACC_T, LEFT)                                                      \
 	ALWAYS_INLINE void NAME##_tile(int64_t k, const T *w, const void *x, size_t bx, const int nr,    \
 				       float *s, size_t bs)                                              \
@@ -57,12 +57,15 @@ static inline float cv_f32(float v)
 						       _mm512_add_ps(a[r][1], a[r][3]));                 \
 			ACC_T t = (ACC_T)_mm512_reduce_add_ps(h);                                        \
 			for (int64_t j = i; j < k; j++)                                                  \
-				LEFT(t, CV(w[j]), CV(xr[j]));                                            \
+				LEFT(t, CV(w[j]), CV(xr[j]), j >= i + (k - i) / 8 * 8);                  \
 			s[(size_t)r * bs] = (float)t;                                                    \
 		}                                                                                        \
 	}
-#define LEFT_F32(t, a, b) t = fmaf(a, b, t)
-#define LEFT_F64(t, a, b) t += (double)((a) * (b))
+/* GCC vectorizes ggml's f32 leftover loop 16 and 8 elements at a time:
+ * those products are rounded, then added one by one; only the last k % 8
+ * are fused (vfmadd231ss). f16 products are exact, so fusing is moot. */
+#define LEFT_F32(t, a, b, fused) t = (fused) ? fmaf(a, b, t) : t + (a) * (b)
+#define LEFT_F64(t, a, b, fused) t += (double)((a) * (b))
 VECDOT_TILE(f32, float, ld_f32, cv_f32, float, LEFT_F32)
 VECDOT_TILE(f16, pg_f16, ld_f16, f16s, double, LEFT_F64)
 

@@ -484,7 +484,8 @@ END_TEST
 
 /* ggml_vec_dot_f32/f16 as llama.cpp's AVX-512 build sums: 4 accumulators of
  * 16 lanes over steps of 64 (FMA), (a0+a2)+(a1+a3), then the halving tree of
- * _mm512_reduce_add_ps; leftovers by FMA in float (f32) or in double (f16).
+ * _mm512_reduce_add_ps; leftovers in order, in float (f32: the products
+ * rounded but for the last k % 8, FMA there) or in double (f16).
  * The SIMD ISAs must reproduce it bit for bit, for any m. */
 static float ggml_avx512_dot(const float *w, const float *x, int64_t k, int f16)
 {
@@ -508,16 +509,24 @@ static float ggml_avx512_dot(const float *w, const float *x, int64_t k, int f16)
 			d += (double)(w[i] * x[i]);
 		return (float)d;
 	}
+	/* the binary's leftover loop: products rounded in its 16- and 8-wide
+	 * vectorized parts, FMA for the last k % 8 */
 	float f = r;
+	const int64_t nf = i + (k - i) / 8 * 8;
 	for (; i < k; i++)
-		f = fmaf(w[i], x[i], f);
+		if (i >= nf) {
+			f = fmaf(w[i], x[i], f);
+		} else {
+			volatile float p = w[i] * x[i]; /* not contracted into an FMA */
+			f += p;
+		}
 	return f;
 }
 
 START_TEST(test_float_dot_order_is_ggml)
 {
 	save_isa();
-	const int64_t n = 7, k = 64 * 5 + 24, m = 3;
+	const int64_t n = 7, k = 64 * 5 + 29, m = 3;
 	float *W = malloc(sizeof(float) * n * k), *X = malloc(sizeof(float) * m * k);
 	pg_f16 *W16 = malloc(sizeof(pg_f16) * n * k), *X16 = malloc(sizeof(pg_f16) * m * k);
 	float *Wr = malloc(sizeof(float) * n * k), *Xr = malloc(sizeof(float) * m * k);
