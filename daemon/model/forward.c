@@ -418,7 +418,11 @@ static void ffn_layer(const struct model *m, struct fwd_ctx *c, int n, int l)
 			   hp->n_embd, hp->norm_eps);
 	matmul(c, &ly->w_gate, c->xn, n, c->gate, tb);
 	matmul(c, &ly->w_up, c->xn, n, c->up, tb);
-	pg_swiglu(c->gate, c->gate, c->up, (int64_t)n * hp->n_ff);
+	/* per row, as ggml_vec_swiglu_f32: where n_ff is not a multiple of the
+	 * vector width, each row's tail takes libm's expf, not the vector one */
+	for (int t = 0; t < n; t++)
+		pg_swiglu(c->gate + (size_t)t * hp->n_ff, c->gate + (size_t)t * hp->n_ff, c->up + (size_t)t * hp->n_ff,
+			  hp->n_ff);
 	matmul(c, &ly->w_down, c->gate, n, c->xn, tb);
 	for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
 		c->x[i] += c->xn[i];
