@@ -19,7 +19,7 @@
 
 #include "kernels/cpu/tinyblas.h"
 
-static pg_gemv_fn tb_gemv(uint32_t wtype, int64_t n, int64_t k)
+static pg_tb_fn tb_kernel(uint32_t wtype, int64_t n, int64_t k)
 {
 	const struct pg_kern *kern = pg_kern_get();
 	if (k % PG_TB_KN != 0 || n % 4 != 0)
@@ -28,19 +28,20 @@ static pg_gemv_fn tb_gemv(uint32_t wtype, int64_t n, int64_t k)
 	if (wtype != PG_TYPE_F32 && !f16)
 		return NULL;
 	if (kern == &pg_kern_avx512)
-		return f16 ? pg_tb_gemv_f16_avx512 : pg_tb_gemv_f32_avx512;
+		return f16 ? pg_tb_f16_avx512 : pg_tb_f32_avx512;
 	if (kern == &pg_kern_avx2)
-		return f16 ? pg_tb_gemv_f16_avx2 : pg_tb_gemv_f32_avx2;
+		return f16 ? pg_tb_f16_avx2 : pg_tb_f32_avx2;
 	return NULL;
 }
 
 bool pg_matmul_tb_applies(uint32_t wtype, int64_t n, int64_t k)
 {
-	return tb_gemv(wtype, n, k) != NULL;
+	return tb_kernel(wtype, n, k) != NULL;
 }
 
 struct tb_job {
-	pg_gemv_fn gemv[2]; /* [0] vec_dot order, [1] tinyBLAS order */
+	pg_gemv_fn gemv; /* vec_dot order */
+	pg_tb_fn tb_fn;  /* tinyBLAS order */
 	const bool *tb;
 	const char *W;
 	size_t wrow, xrow;
@@ -77,11 +78,18 @@ static void tb_job_run(void *a, int ith, int nth)
 			const bool tb = j->tb[i0];
 			for (i1 = i0 + 1; i1 < j->m && i1 - i0 < PG_MAX_NR && j->tb[i1] == tb; i1++)
 				;
-			const pg_gemv_fn g = j->gemv[tb];
 			const char *x = j->Xq + (size_t)i0 * j->xrow;
 			float *y = j->Y + i0 * j->ldy;
+			const int nr = (int)(i1 - i0);
+			if (tb) {
+				for (int64_t r = r0; r < r1; r += PG_TB_NW)
+					j->tb_fn(j->k, j->W + (size_t)r * j->wrow, j->wrow,
+						 (int)(r1 - r < PG_TB_NW ? r1 - r : PG_TB_NW), x, j->xrow, nr, y + r,
+						 (size_t)j->ldy);
+				continue;
+			}
 			for (int64_t r = r0; r < r1; r++)
-				g(j->k, j->W + (size_t)r * j->wrow, x, j->xrow, (int)(i1 - i0), y + r, (size_t)j->ldy);
+				j->gemv(j->k, j->W + (size_t)r * j->wrow, x, j->xrow, nr, y + r, (size_t)j->ldy);
 		}
 	}
 }
@@ -122,7 +130,7 @@ static void *x16_scratch(size_t need)
 void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
 		  int64_t m, float *Y, int64_t ldy, const bool *tb)
 {
-	const pg_gemv_fn g = tb && m > 0 ? tb_gemv(wtype, n, k) : NULL;
+	const pg_tb_fn g = tb && m > 0 ? tb_kernel(wtype, n, k) : NULL;
 	int64_t any = 0;
 	for (int64_t i = 0; g && i < m && !any; i++)
 		any = tb[i];
@@ -131,7 +139,8 @@ void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, i
 		return;
 	}
 	struct tb_job j = {
-		.gemv = { pg_kern_get()->gemv[wtype], g },
+		.gemv = pg_kern_get()->gemv[wtype],
+		.tb_fn = g,
 		.tb = tb,
 		.W = W,
 		.wrow = pg_row_size(wtype, (uint64_t)k),

@@ -12,7 +12,10 @@
  * both widened to f32 lane by lane. The avx2 table computes the same bits
  * on two 256-bit halves, as it does for ggml's vec_dot.
  *
- * Same signature and tiling contract as pg_gemv_fn (cpu.h); k % 16 == 0.
+ * A kernel takes nw (<= PG_TB_NW) consecutive weight rows (stride bw bytes)
+ * against nr (<= PG_MAX_NR) activation rows (stride bx): s[r*bs + j] =
+ * dot(w_j, x_r); k % 16 == 0. Several weight rows per call give the FMA
+ * units independent chains, one accumulator per output being the order.
  */
 #ifndef PAGODA_KERNELS_CPU_TINYBLAS_H
 #define PAGODA_KERNELS_CPU_TINYBLAS_H
@@ -22,9 +25,18 @@
 /* llama.cpp's KN for F32 and F16 on its AVX-512 build */
 #define PG_TB_KN 16
 
-void pg_tb_gemv_f32_avx512(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs);
-void pg_tb_gemv_f16_avx512(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs);
-void pg_tb_gemv_f32_avx2(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs);
-void pg_tb_gemv_f16_avx2(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs);
+#define PG_TB_NW 4
+
+typedef void (*pg_tb_fn)(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
+			 size_t bs);
+
+void pg_tb_f32_avx512(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
+		      size_t bs);
+void pg_tb_f16_avx512(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
+		      size_t bs);
+void pg_tb_f32_avx2(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
+		    size_t bs);
+void pg_tb_f16_avx2(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
+		    size_t bs);
 
 #endif

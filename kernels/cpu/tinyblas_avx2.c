@@ -50,18 +50,23 @@ ALWAYS_INLINE float reduce16(__m256 lo, __m256 hi)
 TB_TILE(f32, float, ld_f32)
 TB_TILE(f16, pg_f16, ld_f16)
 
-#define TB_GEMV(NAME)                                                                                   \
-	void pg_tb_gemv_##NAME##_avx2(int64_t k, const void *w, const void *x, size_t bx, int nr,        \
-				      float *s, size_t bs)                                               \
+/* One weight row at a time: 4 rows of two halves already fill the 16
+ * registers. */
+#define TB_FN(NAME)                                                                                     \
+	void pg_tb_##NAME##_avx2(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx,  \
+				 int nr, float *s, size_t bs)                                            \
 	{                                                                                                \
-		switch (nr) {                                                                            \
-		case 4: NAME##_tile(k, w, x, bx, 4, s, bs); break;                                       \
-		case 3: NAME##_tile(k, w, x, bx, 3, s, bs); break;                                       \
-		case 2: NAME##_tile(k, w, x, bx, 2, s, bs); break;                                       \
-		default: NAME##_tile(k, w, x, bx, 1, s, bs); break;                                      \
+		for (int j = 0; j < nw; j++) {                                                           \
+			const void *wj = (const char *)w + (size_t)j * bw;                               \
+			switch (nr) {                                                                    \
+			case 4: NAME##_tile(k, wj, x, bx, 4, s + j, bs); break;                          \
+			case 3: NAME##_tile(k, wj, x, bx, 3, s + j, bs); break;                          \
+			case 2: NAME##_tile(k, wj, x, bx, 2, s + j, bs); break;                          \
+			default: NAME##_tile(k, wj, x, bx, 1, s + j, bs); break;                         \
+			}                                                                                \
 		}                                                                                        \
 	}
-TB_GEMV(f32)
-TB_GEMV(f16)
+TB_FN(f32)
+TB_FN(f16)
 
-_Static_assert(PG_MAX_NR == 4, "the switches above expand nr up to 4");
+_Static_assert(PG_MAX_NR == 4, "the switch above expands nr up to 4");

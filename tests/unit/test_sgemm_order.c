@@ -88,16 +88,19 @@ static void mats_free(struct mats *t)
 }
 
 /* Flagged rows in tinyBLAS's order, the others as pg_matmul alone gives
- * them; on one thread and on a pool, for m across tile boundaries. */
+ * them; on one thread and on a pool, for m across tile boundaries, and
+ * (n = 100 on two threads: chunks of 6 rows) for calls of fewer than
+ * PG_TB_NW weight rows. */
 START_TEST(test_prompt_rows_follow_tinyblas)
 {
 	const char *saved = pg_cpu_isa();
 	struct pg_pool *pool = pg_pool_create(2);
 	ck_assert_ptr_nonnull(pool);
-	const bool f16 = _i;
+	const bool f16 = _i % 2;
+	const int64_t n = _i < 2 ? 12 : 100;
 	const uint32_t type = f16 ? PG_TYPE_F16 : PG_TYPE_F32;
 	struct mats t;
-	mats_init(&t, 12, 16 * 9, 7, f16); /* k % 64 == 16: the two orders differ */
+	mats_init(&t, n, 16 * 9, 7, f16); /* k % 64 == 16: the two orders differ */
 	const bool tb[7] = { true, true, false, true, false, false, true };
 	const void *W = f16 ? (const void *)t.W16 : (const void *)t.W;
 	float *Y = malloc(sizeof(float) * t.m * t.n), *Yv = malloc(sizeof(float) * t.m * t.n);
@@ -179,7 +182,7 @@ int main(void)
 	Suite *s = suite_create("sgemm_order");
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_prompt_rows_follow_tinyblas, 0, 2);
+	tcase_add_loop_test(tc, test_prompt_rows_follow_tinyblas, 0, 4);
 	tcase_add_test(tc, test_declined_shapes_keep_vec_dot);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
