@@ -1,0 +1,66 @@
+/* bench/mm_kernel.c — one matmul, timed: random weights of a type, m
+ * activation rows, the best of some repetitions (wall clock).
+ *
+ *   cc -O2 -I. -o build/mm_kernel bench/mm_kernel.c build/libpagoda-engine.a -lm -pthread
+ *   build/mm_kernel TYPE N K M THREADS REPS [ISA]     (TYPE as GGUF numbers it: 8 = Q8_0)
+ *
+ * N large enough (131072 x 2048 is 285 MB of Q8_0) reads the weights from
+ * memory; small N measures the kernel from cache. Not part of make check:
+ * a measuring tool, no assertion.
+ */
+#include "kernels/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 7) {
+		fprintf(stderr, "usage: %s TYPE N K M THREADS REPS [ISA]\n", argv[0]);
+		return 2;
+	}
+	const int type = atoi(argv[1]), th = atoi(argv[5]), reps = atoi(argv[6]);
+	const int64_t n = atoll(argv[2]), k = atoll(argv[3]), m = atoll(argv[4]);
+	if (argc > 7 && !pg_cpu_set_isa(argv[7])) {
+		fprintf(stderr, "ISA %s not available\n", argv[7]);
+		return 2;
+	}
+	const size_t wr = pg_row_size((uint32_t)type, (uint64_t)k);
+	char *W = malloc(wr * (size_t)n);
+	float *row = malloc(sizeof(float) * (size_t)k), *X = malloc(sizeof(float) * (size_t)(k * m)),
+	      *Y = malloc(sizeof(float) * (size_t)(n * m));
+	if (!wr || !W || !row || !X || !Y) {
+		fprintf(stderr, "type %d not supported or out of memory\n", type);
+		return 1;
+	}
+	srand(1);
+	for (int64_t j = 0; j < n; j++) {
+		for (int64_t i = 0; i < k; i++)
+			row[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+		pg_quantize_row((uint32_t)type, row, W + wr * (size_t)j, k);
+	}
+	for (int64_t i = 0; i < k * m; i++)
+		X[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+	struct pg_pool *p = pg_pool_create(th);
+	pg_matmul(p, W, (uint32_t)type, n, k, X, m, Y, n);
+	double best = 1e30;
+	for (int r = 0; r < reps; r++) {
+		double t = now();
+		pg_matmul(p, W, (uint32_t)type, n, k, X, m, Y, n);
+		t = now() - t;
+		best = t < best ? t : best;
+	}
+	printf("%s type %d n %ld k %ld m %ld threads %d: %.3f ms, %.1f GMAC/s, %.1f GB/s of weights\n", pg_cpu_isa(),
+	       type, (long)n, (long)k, (long)m, th, best * 1e3, (double)n * k * m / best / 1e9,
+	       (double)wr * n / best / 1e9);
+	pg_pool_destroy(p);
+	return 0;
+}
