@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/cpu/attn.h"
+#include "kernels/cpu/vexpf_x86.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -303,40 +304,11 @@ void pg_attn_tiled_x86(const struct pg_attn_kv *kv, const int *n_pos, int hd, fl
 
 /* ---- ggml's 256-bit softmax ------------------------------------------------ */
 
-/* ggml_v_expf (AVX2): the same as ops_avx2.c's. */
-static inline __m256 v_expf(__m256 x)
-{
-	const __m256 r = _mm256_set1_ps(0x1.8p23f);
-	const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
-	const __m256 n = _mm256_sub_ps(z, r);
-	const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-					  _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
-	const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-	const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
-	const __m256 absn = _mm256_andnot_ps(_mm256_set1_ps(-0.f), n);
-	const __m256 c = _mm256_cmp_ps(absn, _mm256_set1_ps(126), _CMP_GT_OQ);
-	const __m256 u = _mm256_mul_ps(b, b);
-	const __m256 j = _mm256_fmadd_ps(
-		_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-				_mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
-		u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
-	if (!_mm256_movemask_ps(c))
-		return _mm256_fmadd_ps(j, k, k);
-	const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
-					   _mm256_set1_epi32((int)0x82000000u));
-	const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
-	const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
-	const __m256 d = _mm256_cmp_ps(absn, _mm256_set1_ps(192), _CMP_GT_OQ);
-	return _mm256_or_ps(_mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
-			    _mm256_andnot_ps(d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
-							     _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)))));
-}
-
 static double softmax_avx2(float *x, int n, float max)
 {
 	double sum = 0;
 	for (int i = 0; i < n; i += 8) {
-		const __m256 v = v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
+		const __m256 v = pg_v_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
 		_mm256_storeu_ps(x + i, v);
 		sum += (double)hsum8(v);
 	}

@@ -10,35 +10,7 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu.h"
-
-static inline __m256 v_expf(__m256 x)
-{
-	const __m256 r = _mm256_set1_ps(0x1.8p23f);
-	const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
-	const __m256 n = _mm256_sub_ps(z, r);
-	const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-					  _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
-	const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-	const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
-	const __m256 absn = _mm256_andnot_ps(_mm256_set1_ps(-0.f), n);
-	const __m256 c = _mm256_cmp_ps(absn, _mm256_set1_ps(126), _CMP_GT_OQ);
-	const __m256 u = _mm256_mul_ps(b, b);
-	const __m256 j = _mm256_fmadd_ps(
-		_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-				_mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
-		u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
-	if (!_mm256_movemask_ps(c))
-		return _mm256_fmadd_ps(j, k, k);
-	/* |n| > 126: scale in two steps, saturating to 0 or inf past 192 */
-	const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
-					   _mm256_set1_epi32((int)0x82000000u));
-	const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
-	const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
-	const __m256 d = _mm256_cmp_ps(absn, _mm256_set1_ps(192), _CMP_GT_OQ);
-	return _mm256_or_ps(_mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
-			    _mm256_andnot_ps(d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
-							     _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)))));
-}
+#include "kernels/cpu/vexpf_x86.h"
 
 void pg_softmax_avx2(float *x, int64_t n)
 {
@@ -48,7 +20,7 @@ void pg_softmax_avx2(float *x, int64_t n)
 	double sum = 0;
 	int64_t i = 0;
 	for (; i + 8 <= n; i += 8) {
-		const __m256 v = v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
+		const __m256 v = pg_v_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
 		_mm256_storeu_ps(x + i, v);
 		__m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
 		s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -67,7 +39,7 @@ void pg_swiglu_avx2(float *out, const float *g, const float *u, int64_t n)
 	int64_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		const __m256 xg = _mm256_loadu_ps(g + i);
-		const __m256 e = v_expf(_mm256_sub_ps(_mm256_setzero_ps(), xg));
+		const __m256 e = pg_v_expf8(_mm256_sub_ps(_mm256_setzero_ps(), xg));
 		const __m256 silu = _mm256_div_ps(xg, _mm256_add_ps(_mm256_set1_ps(1), e));
 		_mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
 	}

@@ -10,27 +10,7 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu.h"
-
-static inline __m512 v_expf(__m512 x)
-{
-	const __m512 r = _mm512_set1_ps(0x1.8p23f);
-	const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
-	const __m512 n = _mm512_sub_ps(z, r);
-	const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
-					  _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
-	const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
-	const __m512 u = _mm512_mul_ps(b, b);
-	const __m512 j = _mm512_fmadd_ps(
-		_mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
-				_mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
-		u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
-	const __m512 res = _mm512_scalef_ps(j, n);
-	if (_mm512_kortestz(d, d))
-		return res;
-	const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
-						_mm512_set1_ps(INFINITY), _mm512_setzero_ps());
-	return _mm512_mask_blend_ps(d, res, alt);
-}
+#include "kernels/cpu/vexpf_x86.h"
 
 void pg_softmax_avx512(float *x, int64_t n)
 {
@@ -40,7 +20,7 @@ void pg_softmax_avx512(float *x, int64_t n)
 	double sum = 0;
 	int64_t i = 0;
 	for (; i + 16 <= n; i += 16) {
-		const __m512 v = v_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max)));
+		const __m512 v = pg_v_expf16(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max)));
 		_mm512_storeu_ps(x + i, v);
 		sum += (double)_mm512_reduce_add_ps(v);
 	}
@@ -56,7 +36,7 @@ void pg_swiglu_avx512(float *out, const float *g, const float *u, int64_t n)
 	int64_t i = 0;
 	for (; i + 16 <= n; i += 16) {
 		const __m512 xg = _mm512_loadu_ps(g + i);
-		const __m512 e = v_expf(_mm512_sub_ps(_mm512_setzero_ps(), xg));
+		const __m512 e = pg_v_expf16(_mm512_sub_ps(_mm512_setzero_ps(), xg));
 		const __m512 silu = _mm512_div_ps(xg, _mm512_add_ps(_mm512_set1_ps(1), e));
 		_mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(u + i)));
 	}
