@@ -40,6 +40,18 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
  * several matmuls of the same weight type (Q, K, V; gate, up). */
 void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k,
 		 const void *Xq, int64_t m, float *Y, int64_t ldy);
+/* Several weights (same type, k columns each) against the same X: outs[i]
+ * gets Y = X · W_iᵀ, exactly as pg_matmul would give it, with X converted
+ * once and all of them in one pool run (Q/K/V, gate/up). */
+struct pg_mm_out {
+	const void *W;
+	uint32_t wtype;
+	int64_t n;
+	float *Y;
+	int64_t ldy;
+};
+void pg_matmul_many(struct pg_pool *p, const struct pg_mm_out *outs, int count, int64_t k, const float *X,
+		    int64_t m);
 /* Same as pg_matmul, except that an activation row i with tb[i] set is
  * summed in the order llama.cpp's llamafile_sgemm (tinyBLAS) gives it, where
  * llama.cpp would take that path for this weight in a ubatch of two or more

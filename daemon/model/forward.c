@@ -155,6 +155,30 @@ static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float 
 		     w->rows, tb);
 }
 
+/* Weights that read the same input (Q, K, V; gate, up): one conversion of
+ * the input and one pool run, unless a row wants the tinyBLAS order (F32
+ * and F16 weights only), which pg_matmul_tb alone gives. */
+static void matmul_many(struct fwd_ctx *c, const struct model_weight *const *w, float *const *y, int count,
+			const float *x, int n, const bool *tb)
+{
+	struct pg_mm_out o[4];
+	double work = 0;
+	bool fuse = count <= 4;
+	for (int i = 0; fuse && i < count; i++) {
+		if (pg_matmul_tb_applies(w[i]->type, w[i]->rows, w[i]->cols))
+			for (int t = 0; t < n; t++)
+				fuse = fuse && !tb[t];
+		o[i] = (struct pg_mm_out){ w[i]->data, w[i]->type, w[i]->rows, y[i], w[i]->rows };
+		work += (double)w[i]->rows * w[i]->cols * n;
+	}
+	if (!fuse) {
+		for (int i = 0; i < count; i++)
+			matmul(c, w[i], x, n, y[i], tb);
+		return;
+	}
+	pg_matmul_many(pool_for(c, work), o, count, w[0]->cols, x, n);
+}
+
 static void add_bias(float *y, const float *b, int n_tokens, int dim)
 {
 	if (!b)
@@ -382,9 +406,9 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 	for (int t = 0; t < n; t++)
 		pg_rmsnorm(c->xn + (size_t)t * hp->n_embd, c->x + (size_t)t * hp->n_embd, ly->attn_norm,
 			   hp->n_embd, hp->norm_eps);
-	matmul(c, &ly->wq, c->xn, n, c->q, c->tb_all);
-	matmul(c, &ly->wk, c->xn, n, c->k, c->tb_all);
-	matmul(c, &ly->wv, c->xn, n, c->v, c->tb_all);
+	const struct model_weight *qkv[] = { &ly->wq, &ly->wk, &ly->wv };
+	float *const qkv_out[] = { c->q, c->k, c->v };
+	matmul_many(c, qkv, qkv_out, 3, c->xn, n, c->tb_all);
 	add_bias(c->q, ly->bq, n, q_dim);
 	add_bias(c->k, ly->bk, n, kv_dim);
 	add_bias(c->v, ly->bv, n, kv_dim);
@@ -416,8 +440,9 @@ static void ffn_layer(const struct model *m, struct fwd_ctx *c, int n, int l)
 	for (int t = 0; t < n; t++)
 		pg_rmsnorm(c->xn + (size_t)t * hp->n_embd, c->x + (size_t)t * hp->n_embd, ly->ffn_norm,
 			   hp->n_embd, hp->norm_eps);
-	matmul(c, &ly->w_gate, c->xn, n, c->gate, tb);
-	matmul(c, &ly->w_up, c->xn, n, c->up, tb);
+	const struct model_weight *gu[] = { &ly->w_gate, &ly->w_up };
+	float *const gu_out[] = { c->gate, c->up };
+	matmul_many(c, gu, gu_out, 2, c->xn, n, tb);
 	/* per row, as ggml_vec_swiglu_f32: where n_ff is not a multiple of the
 	 * vector width, each row's tail takes libm's expf, not the vector one */
 	for (int t = 0; t < n; t++)

@@ -88,6 +88,12 @@ void pg_q8_0_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 void pg_gemv8_q8_0_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 				size_t bs);
 
+/* Q8_0 on AVX2 without VNNI (q8_0_avx2.c): rows packed with float scales. */
+size_t pg_q8_0_pair_bytes_avx2(int64_t k);
+void pg_q8_0_pack_pairs_avx2(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride);
+void pg_gemv8_q8_0_packed_avx2(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			       size_t bs);
+
 /* The table in use (dispatch.c). */
 const struct pg_kern *pg_kern_get(void);
 

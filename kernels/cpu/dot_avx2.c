@@ -113,6 +113,12 @@ static void f32_from_float(const float *x, void *y, int64_t k)
 	memcpy(y, x, (size_t)k * sizeof(float));
 }
 
+static const struct pg_act_pack q8_0_packed = {
+	.pair_bytes = pg_q8_0_pair_bytes_avx2,
+	.pack = pg_q8_0_pack_pairs_avx2,
+	.gemv8 = pg_gemv8_q8_0_packed_avx2,
+};
+
 const struct pg_kern pg_kern_avx2 = {
 	.name = "avx2",
 	.gemv = {
@@ -134,6 +140,9 @@ const struct pg_kern pg_kern_avx2 = {
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 	},
 	.q4_0_x8 = pg_q4_0_x8_avx2,
+	.act_pack = {
+		[PG_TYPE_Q8_0] = &q8_0_packed,
+	},
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = x86_f16_from_float,

@@ -509,33 +509,42 @@ ALWAYS_INLINE void q4_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 /* Q8_0, eight weight rows at a time, in ggml_vec_dot_q8_0_q8_0's order
  * (the same as q8_0_tile: per output one 8-lane accumulator, acc =
  * fma(dw*dx, (float)lane sums, acc) block after block, then hsum_ps). Only
- * the tiling differs: 4 weight rows x nr activation rows in registers, each
- * weight block loaded once per tile and each activation block once per 4
- * weight rows. With VNNI the activations are made unsigned (y + 128) and
- * the 128·Σw of each lane is taken back out through the accumulator start,
- * exact in integers, so one vpdpbusd gives the lane sums. */
+ * the tiling differs: JR weight rows x nr activation rows in registers,
+ * each weight block loaded once per tile and each activation block once
+ * per JR weight rows. JR is what the register file holds: 4 with
+ * AVX-512VL's 32 registers, 2 with AVX2's 16 (4 x 4 accumulators there
+ * spill on every block). With VNNI the activations are made unsigned
+ * (y + 128) and the 128·Σw of each lane is taken back out through the
+ * accumulator start, exact in integers, so one vpdpbusd gives the lane
+ * sums. */
+#ifdef PG_X86_VNNI
+#define Q8_0_X8_JR 4
+#else
+#define Q8_0_X8_JR 2
+#endif
 ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
 				float *s, size_t bs)
 {
+	enum { JR = Q8_0_X8_JR };
 	const int64_t nb = k / QK8_0;
 #ifdef PG_X86_VNNI
 	const __m256i u128 = _mm256_set1_epi8((char)0x80);
 #endif
-	/* dw*dx of the tile's pairs, computed 4 at a time and read back as
+	/* dw*dx of the tile's pairs, computed JR at a time and read back as
 	 * broadcast operands of the FMAs (each the same float product). */
 	float sc[4 * PG_MAX_NR] __attribute__((aligned(16)));
-	for (int j0 = 0; j0 < 8; j0 += 4) {
-		__m256 acc[4][PG_MAX_NR];
+	for (int j0 = 0; j0 < 8; j0 += JR) {
+		__m256 acc[JR][PG_MAX_NR];
 		#pragma GCC unroll 4
-		for (int j = 0; j < 4; j++)
+		for (int j = 0; j < JR; j++)
 			#pragma GCC unroll 4
 			for (int r = 0; r < nr; r++)
 				acc[j][r] = _mm256_setzero_ps();
 		const block_q8_0 *w0 = WROW(block_q8_0, w, bw, j0);
 		for (int64_t i = 0; i < nb; i++) {
-			__m256i wq[4], wc[4];
+			__m256i wq[JR], wc[JR];
 			#pragma GCC unroll 4
-			for (int j = 0; j < 4; j++) {
+			for (int j = 0; j < JR; j++) {
 				const block_q8_0 *b = WROW(block_q8_0, w0, bw, j) + i;
 				_mm_prefetch((const char *)b + 8 * bw, _MM_HINT_T0);
 				wq[j] = _mm256_loadu_si256((const __m256i *)b->qs);
@@ -547,9 +556,9 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 #endif
 			}
 			__m128i dwh = _mm_cvtsi32_si128(w0[i].d);
-			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 1)[i].d, 1);
-			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 2)[i].d, 2);
-			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 3)[i].d, 3);
+			#pragma GCC unroll 4
+			for (int j = 1; j < JR; j++)
+				dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, j)[i].d, j);
 			const __m128 dw = _mm_cvtph_ps(dwh);
 			#pragma GCC unroll 4
 			for (int r = 0; r < nr; r++)
@@ -563,7 +572,7 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 				const __m256i yu = _mm256_xor_si256(y, u128);
 #endif
 				#pragma GCC unroll 4
-				for (int j = 0; j < 4; j++) {
+				for (int j = 0; j < JR; j++) {
 #ifdef PG_X86_VNNI
 					const __m256i p = _mm256_dpbusd_epi32(wc[j], yu, wq[j]);
 #else
@@ -577,21 +586,24 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++)
 			#pragma GCC unroll 4
-			for (int j = 0; j < 4; j++)
+			for (int j = 0; j < JR; j++)
 				s[(size_t)r * bs + j0 + j] = hsum_ps(acc[j][r]);
 	}
 }
 
-#ifdef PG_X86_VNNI
 /* One activation row (decode) against the 8 rows at once: eight streams in
- * flight instead of four, the activation block loaded once, and the
- * weights made unsigned (w + 128) so that the correction, 128·Σy per lane,
- * is the activation's and computed once per block. Same float ops per
- * output as q8_0_x8_tile. Needs AVX-512VL's 32 vector registers. */
+ * flight instead of Q8_0_X8_JR, the activation block loaded once, and its
+ * per-block work (the scale products, and |y| or the VNNI correction) done
+ * once for the 8 rows. With VNNI the weights are made unsigned (w + 128)
+ * and the correction, 128·Σy per lane, is the activation's; without, the
+ * activation is the unsigned side, |y| against sign(w, y), the same
+ * products. Same float ops per output as q8_0_x8_tile. */
 ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *x, float *s)
 {
 	const int64_t nb = k / QK8_0;
+#ifdef PG_X86_VNNI
 	const __m256i u128 = _mm256_set1_epi8((char)0x80);
+#endif
 	const block_q8_0 *xb = x;
 	float sc[8] __attribute__((aligned(32)));
 	__m256 acc[8];
@@ -600,8 +612,12 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 		acc[j] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const __m256i y = _mm256_loadu_si256((const __m256i *)xb[i].qs);
+#ifdef PG_X86_VNNI
 		const __m256i c = _mm256_sub_epi32(_mm256_setzero_si256(),
 						   _mm256_dpbusd_epi32(_mm256_setzero_si256(), u128, y));
+#else
+		const __m256i ay = _mm256_sign_epi8(y, y);
+#endif
 		_mm256_store_ps(sc, _mm256_mul_ps(f16x8_strided(&WROW(block_q8_0, w, bw, 0)[i].d, bw),
 						  _mm256_set1_ps(f16s(xb[i].d))));
 		__asm__ volatile("" : : "r"(sc) : "memory");
@@ -609,8 +625,12 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 		for (int j = 0; j < 8; j++) {
 			const block_q8_0 *b = WROW(block_q8_0, w, bw, j) + i;
 			_mm_prefetch((const char *)b + 8 * bw, _MM_HINT_T0);
-			const __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), u128);
-			const __m256i p = _mm256_dpbusd_epi32(c, wu, y);
+			const __m256i wq = _mm256_loadu_si256((const __m256i *)b->qs);
+#ifdef PG_X86_VNNI
+			const __m256i p = _mm256_dpbusd_epi32(c, _mm256_xor_si256(wq, u128), y);
+#else
+			const __m256i p = dot_us8(_mm256_setzero_si256(), ay, _mm256_sign_epi8(wq, y));
+#endif
 			acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + j), _mm256_cvtepi32_ps(p), acc[j]);
 		}
 	}
@@ -618,7 +638,6 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 	for (int j = 0; j < 8; j++)
 		s[j] = hsum_ps(acc[j]);
 }
-#endif
 
 /* Per super-block: isum = Σ scale·(q·y) and msum = Σ min·(sum of 32 y),
  * acc += isum·(d·dy), accm += msum·(dmin·dy), result acc - accm, as
@@ -720,7 +739,6 @@ X86_GEMV(q6_K, C_Q6_K)
 		}                                                                                     \
 	}
 X86_GEMV8(q4_0, q4_0_x8_tile)
-#ifdef PG_X86_VNNI
 static void gemv8_q8_0(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, size_t bs)
 {
 	switch (nr) {
@@ -730,9 +748,6 @@ static void gemv8_q8_0(int64_t k, const void *w, size_t bw, const void *x, size_
 	default: q8_0_x8_tile(k, w, bw, x, bx, 4, s, bs); break;
 	}
 }
-#else
-X86_GEMV8(q8_0, q8_0_x8_tile)
-#endif
 X86_GEMV8(q4_K, q4_K_x8_tile)
 
 #endif

@@ -19,6 +19,9 @@
  * starts each block from), chunks are whole groups, and activation rows go
  * in tiles of PG_X8_MAX_NR. The order of each output's float ops is fixed
  * by the kernel, so tiles and chunks change no bits.
+ *
+ * pg_matmul_many runs several weights against one input (Q/K/V, gate/up)
+ * as one job: one conversion, one counter over all their chunks.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -88,31 +91,41 @@ static void quant_job(void *a, int ith, int nth)
 		j->from_float(j->X + i * j->k, j->Xq + (size_t)i * j->xrow, j->k);
 }
 
+static int64_t mm_nchunks(const struct mm_job *j)
+{
+	return (j->n + j->chunk - 1) / j->chunk;
+}
+
+static void mm_chunk(const struct mm_job *j, int64_t c)
+{
+	const int64_t r0 = c * j->chunk;
+	const int64_t r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
+	for (int64_t i0 = 0; i0 < j->m; i0 += j->tile) {
+		const int nr = (int)(j->m - i0 < j->tile ? j->m - i0 : j->tile);
+		const char *x = j->Xq + (size_t)i0 * j->xrow;
+		float *y = j->Y + i0 * j->ldy;
+		if (j->gemv8) {
+			for (int64_t r = r0; r < r1; r += 8)
+				j->gemv8(j->k, j->W + (size_t)r * j->wrow, j->wrow, x, j->xrow, nr, y + r,
+					 (size_t)j->ldy);
+			continue;
+		}
+		for (int64_t r = r0; r < r1; r++)
+			j->gemv(j->k, j->W + (size_t)r * j->wrow, x, j->xrow, nr, y + r, (size_t)j->ldy);
+	}
+}
+
 static void mm_job_run(void *a, int ith, int nth)
 {
 	struct mm_job *j = a;
 	(void)ith;
 	(void)nth;
-	const int64_t nchunks = (j->n + j->chunk - 1) / j->chunk;
+	const int64_t nchunks = mm_nchunks(j);
 	for (;;) {
 		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
 		if (c >= nchunks)
 			break;
-		const int64_t r0 = c * j->chunk;
-		const int64_t r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
-		for (int64_t i0 = 0; i0 < j->m; i0 += j->tile) {
-			const int nr = (int)(j->m - i0 < j->tile ? j->m - i0 : j->tile);
-			const char *x = j->Xq + (size_t)i0 * j->xrow;
-			float *y = j->Y + i0 * j->ldy;
-			if (j->gemv8) {
-				for (int64_t r = r0; r < r1; r += 8)
-					j->gemv8(j->k, j->W + (size_t)r * j->wrow, j->wrow, x, j->xrow, nr, y + r,
-						 (size_t)j->ldy);
-				continue;
-			}
-			for (int64_t r = r0; r < r1; r++)
-				j->gemv(j->k, j->W + (size_t)r * j->wrow, x, j->xrow, nr, y + r, (size_t)j->ldy);
-		}
+		mm_chunk(j, c);
 	}
 }
 
@@ -264,34 +277,51 @@ static void x8_quant_job(void *a, int ith, int nth)
 	}
 }
 
+static int64_t x8_nchunks(const struct x8_job *j)
+{
+	return (j->n / 8 + j->chunk - 1) / j->chunk;
+}
+
+static void x8_chunk(const struct x8_job *j, int64_t c)
+{
+	const int64_t ng = j->n / 8;
+	const size_t xxrow = (size_t)j->nb * sizeof(pg_q8x);
+	const int64_t g0 = c * j->chunk, g1 = g0 + j->chunk < ng ? g0 + j->chunk : ng;
+	for (int64_t i0 = 0; i0 < j->m; i0 += PG_X8_MAX_NR) {
+		const int nr = (int)(j->m - i0 < PG_X8_MAX_NR ? j->m - i0 : PG_X8_MAX_NR);
+		for (int64_t g = g0; g < g1; g++)
+			j->fn(j->nb, j->W + (size_t)g * j->gbytes, j->Xx + i0 * j->nb, xxrow, nr,
+			      j->Y + i0 * j->ldy + 8 * g, (size_t)j->ldy);
+	}
+}
+
 static void x8_job_run(void *a, int ith, int nth)
 {
 	struct x8_job *j = a;
 	(void)ith;
 	(void)nth;
-	const int64_t ng = j->n / 8, nchunks = (ng + j->chunk - 1) / j->chunk;
-	const size_t xxrow = (size_t)j->nb * sizeof(pg_q8x);
+	const int64_t nchunks = x8_nchunks(j);
 	for (;;) {
 		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
 		if (c >= nchunks)
 			break;
-		const int64_t g0 = c * j->chunk, g1 = g0 + j->chunk < ng ? g0 + j->chunk : ng;
-		for (int64_t i0 = 0; i0 < j->m; i0 += PG_X8_MAX_NR) {
-			const int nr = (int)(j->m - i0 < PG_X8_MAX_NR ? j->m - i0 : PG_X8_MAX_NR);
-			for (int64_t g = g0; g < g1; g++)
-				j->fn(j->nb, j->W + (size_t)g * j->gbytes, j->Xx + i0 * j->nb, xxrow, nr,
-				      j->Y + i0 * j->ldy + 8 * g, (size_t)j->ldy);
-		}
+		x8_chunk(j, c);
 	}
 }
 
-static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, const float *X, const void *Xq,
-		      int64_t m, float *Y, int64_t ldy)
+static void x8_set_chunk(struct x8_job *j, int nth)
+{
+	j->chunk = pick_chunk(j->n, pg_row_size(PG_TYPE_Q4_0, (uint64_t)j->k), j->m, nth, true) / 8;
+}
+
+/* Fills j and converts the activations into the thread's pack buffer. */
+static bool x8_prepare(struct pg_pool *p, struct x8_job *j, const void *W, int64_t n, int64_t k, const float *X,
+		       const void *Xq, int64_t m, float *Y, int64_t ldy)
 {
 	const struct pg_kern *kern = pg_kern_get();
 	if (n <= 0 || n % 8 || m <= 0 || k <= 0 || k % QK4_0)
-		return;
-	struct x8_job j = {
+		return false;
+	*j = (struct x8_job){
 		.fn = kern->q4_0_x8,
 		.from_float = kern->from_float[PG_TYPE_Q8_0],
 		.W = W,
@@ -306,17 +336,25 @@ static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, co
 		.Y = Y,
 		.ldy = ldy,
 	};
-	j.Xx = scratch(&tl_pack, (size_t)m * (size_t)j.nb * sizeof(pg_q8x));
-	if (!j.Xx)
-		return;
-	const int nth = pg_pool_size(p);
-	if (m >= 4 && nth > 1)
-		pg_pool_run(p, x8_quant_job, &j);
+	j->Xx = scratch(&tl_pack, (size_t)m * (size_t)j->nb * sizeof(pg_q8x));
+	if (!j->Xx)
+		return false;
+	if (m >= 4 && pg_pool_size(p) > 1)
+		pg_pool_run(p, x8_quant_job, j);
 	else
-		x8_quant_job(&j, 0, 1);
-	j.chunk = pick_chunk(n, pg_row_size(PG_TYPE_Q4_0, (uint64_t)k), m, nth, true) / 8;
+		x8_quant_job(j, 0, 1);
+	x8_set_chunk(j, pg_pool_size(p));
+	return true;
+}
+
+static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, const float *X, const void *Xq,
+		      int64_t m, float *Y, int64_t ldy)
+{
+	struct x8_job j;
+	if (!x8_prepare(p, &j, W, n, k, X, Xq, m, Y, ldy))
+		return;
 	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
-	if ((n <= 8 * j.chunk && m <= PG_X8_MAX_NR) || nth == 1)
+	if ((n <= 8 * j.chunk && m <= PG_X8_MAX_NR) || pg_pool_size(p) == 1)
 		x8_job_run(&j, 0, 1);
 	else
 		pg_pool_run(p, x8_job_run, &j);
@@ -345,4 +383,120 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
 			quant_job(&j, 0, 1);
 	}
 	run_matmul(p, &j, wtype);
+}
+
+/* ---- several weights, one input ------------------------------------------
+ *
+ * Q, K and V (or gate and up) read the same activations: converted (and
+ * packed) once, and the three matrices' chunks handed out from one counter
+ * in one pool run, so a decode step pays one wake-up and one join for them
+ * instead of three, and the small K and V chunks fill the gaps the big one
+ * leaves at its end. Each output is computed exactly as pg_matmul would. */
+#define MANY_MAX 4
+
+struct many_job {
+	int count;
+	bool x8;
+	struct mm_job mm[MANY_MAX];
+	struct x8_job xj[MANY_MAX];
+	int64_t first[MANY_MAX + 1]; /* op i's chunks: first[i] .. first[i+1]-1 */
+	_Atomic int64_t next;
+};
+
+static void many_job_run(void *a, int ith, int nth)
+{
+	struct many_job *j = a;
+	(void)ith;
+	(void)nth;
+	int op = 0;
+	for (;;) {
+		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+		if (c >= j->first[j->count])
+			break;
+		while (c >= j->first[op + 1])
+			op++; /* a thread's chunks come in increasing order */
+		if (j->x8)
+			x8_chunk(&j->xj[op], c - j->first[op]);
+		else
+			mm_chunk(&j->mm[op], c - j->first[op]);
+	}
+}
+
+static bool many_prepare_x8(struct pg_pool *p, struct many_job *j, const struct pg_mm_out *o, int count,
+			    int64_t k, const float *X, int64_t m)
+{
+	if (!x8_prepare(p, &j->xj[0], o[0].W, o[0].n, k, X, NULL, m, o[0].Y, o[0].ldy))
+		return false;
+	for (int i = 1; i < count; i++) {
+		if (o[i].n <= 0 || o[i].n % 8)
+			return false;
+		j->xj[i] = j->xj[0];
+		j->xj[i].W = o[i].W;
+		j->xj[i].n = o[i].n;
+		j->xj[i].Y = o[i].Y;
+		j->xj[i].ldy = o[i].ldy;
+		x8_set_chunk(&j->xj[i], pg_pool_size(p));
+	}
+	for (int i = 0; i < count; i++)
+		j->first[i + 1] = j->first[i] + x8_nchunks(&j->xj[i]);
+	return true;
+}
+
+static bool many_prepare_mm(struct pg_pool *p, struct many_job *j, const struct pg_mm_out *o, int count,
+			    int64_t k, const float *X, int64_t m)
+{
+	const uint32_t wtype = o[0].wtype;
+	for (int i = 0; i < count; i++)
+		if (!setup(&j->mm[i], o[i].W, wtype, o[i].n, k, m, o[i].Y, o[i].ldy) ||
+		    (j->mm[i].gemv8 == NULL) != (j->mm[0].gemv8 == NULL))
+			return false; /* one packing must serve every matrix */
+	struct mm_job *j0 = &j->mm[0];
+	if (pg_vec_dot_type(wtype) == PG_TYPE_F32) {
+		j0->Xq = (char *)X;
+	} else {
+		j0->Xq = scratch(&tl_act, j0->xrow * (size_t)m);
+		if (!j0->Xq)
+			return false;
+		j0->X = X;
+		if (m >= 4 && pg_pool_size(p) > 1)
+			pg_pool_run(p, quant_job, j0);
+		else
+			quant_job(j0, 0, 1);
+	}
+	j0->tile = PG_MAX_NR;
+	use_packed(j0, wtype);
+	for (int i = 0; i < count; i++) {
+		struct mm_job *ji = &j->mm[i];
+		ji->Xq = j0->Xq;
+		ji->xrow = j0->xrow;
+		ji->gemv8 = j0->gemv8;
+		ji->tile = j0->tile;
+		ji->chunk = pick_chunk(ji->n, ji->wrow, m, pg_pool_size(p), ji->gemv8 != NULL);
+		j->first[i + 1] = j->first[i] + mm_nchunks(ji);
+	}
+	return true;
+}
+
+void pg_matmul_many(struct pg_pool *p, const struct pg_mm_out *o, int count, int64_t k, const float *X,
+		    int64_t m)
+{
+	bool same = count <= MANY_MAX;
+	for (int i = 1; same && i < count; i++)
+		same = o[i].wtype == o[0].wtype;
+	struct many_job j;
+	j.count = count;
+	j.x8 = count > 0 && o[0].wtype == PG_TYPE_Q4_0_X8;
+	j.first[0] = 0;
+	if (count <= 0 || m <= 0)
+		return;
+	if (!same || !(j.x8 ? many_prepare_x8(p, &j, o, count, k, X, m) : many_prepare_mm(p, &j, o, count, k, X, m))) {
+		for (int i = 0; i < count; i++)
+			pg_matmul(p, o[i].W, o[i].wtype, o[i].n, k, X, m, o[i].Y, o[i].ldy);
+		return;
+	}
+	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+	if (pg_pool_size(p) == 1)
+		many_job_run(&j, 0, 1);
+	else
+		pg_pool_run(p, many_job_run, &j);
 }

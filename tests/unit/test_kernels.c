@@ -909,6 +909,81 @@ START_TEST(test_isa_select)
 }
 END_TEST
 
+/* pg_matmul_many gives each weight exactly what pg_matmul gives it: one
+ * conversion and one pool run for all of them change no bit, for unpacked,
+ * packed (8-row) and repacked (Q4_0_X8) weights, any batch width, and the
+ * shapes and type mixes it hands back to pg_matmul one by one. */
+START_TEST(test_matmul_many_equals_each)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const int64_t k = 4 * 32;
+	/* three outputs: n of each; a type for each */
+	const struct {
+		uint32_t t[3];
+		int64_t n[3];
+	} cases[] = {
+		{ { PG_TYPE_Q8_0, PG_TYPE_Q8_0, PG_TYPE_Q8_0 }, { 64, 16, 16 } },
+		{ { PG_TYPE_Q8_0, PG_TYPE_Q8_0, PG_TYPE_Q8_0 }, { 24, 13, 8 } }, /* 8-row and not */
+		{ { PG_TYPE_Q4_0_X8, PG_TYPE_Q4_0_X8, PG_TYPE_Q4_0_X8 }, { 40, 8, 16 } },
+		{ { PG_TYPE_Q4_K, PG_TYPE_Q4_K, PG_TYPE_Q6_K }, { 16, 8, 8 } }, /* mixed types */
+		{ { PG_TYPE_F16, PG_TYPE_F16, PG_TYPE_F16 }, { 32, 9, 9 } },
+		{ { PG_TYPE_F32, PG_TYPE_F32, PG_TYPE_F32 }, { 12, 4, 4 } },
+	};
+	const int64_t mmax = 11, kmax = 256;
+	float *X = malloc(sizeof(float) * (size_t)(mmax * kmax));
+	fill(X, mmax * kmax, 2.0f);
+	for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+		void *W[3];
+		float *Ya[3], *Yb[3];
+		struct pg_mm_out o[3];
+		const int64_t kk = cases[ci].t[0] == PG_TYPE_Q4_K ? kmax : k; /* a whole super-block */
+		for (int i = 0; i < 3; i++) {
+			const uint32_t t = cases[ci].t[i];
+			const int64_t n = cases[ci].n[i];
+			if (t == PG_TYPE_Q4_0_X8) {
+				void *w4 = make_weights(PG_TYPE_Q4_0, n, kk, NULL);
+				ck_assert_int_eq(posix_memalign(&W[i], 64, pg_q4_0_x8_size(n, kk)), 0);
+				pg_q4_0_x8_repack(w4, W[i], n, kk);
+				free(w4);
+			} else {
+				W[i] = make_weights(t, n, kk, NULL);
+			}
+			Ya[i] = malloc(sizeof(float) * (size_t)(mmax * n));
+			Yb[i] = malloc(sizeof(float) * (size_t)(mmax * n));
+			o[i] = (struct pg_mm_out){ W[i], t, n, Yb[i], n };
+		}
+		for (size_t a = 0; a < 3; a++) {
+			if (!pg_cpu_set_isa(all_isas[a]))
+				continue;
+			for (int64_t m = 1; m <= mmax; m += m < 3 ? 1 : 8)
+				for (int v = 0; v < 2; v++) {
+					struct pg_pool *p = v ? pool : NULL;
+					for (int i = 0; i < 3; i++) {
+						pg_matmul(p, W[i], cases[ci].t[i], cases[ci].n[i], kk, X, m, Ya[i],
+							  cases[ci].n[i]);
+						memset(Yb[i], 0xff, sizeof(float) * (size_t)(m * cases[ci].n[i]));
+					}
+					pg_matmul_many(p, o, 3, kk, X, m);
+					for (int i = 0; i < 3; i++)
+						ck_assert_msg(memcmp(Ya[i], Yb[i], sizeof(float) * (size_t)(m * cases[ci].n[i])) == 0,
+							      "case %zu %s m=%ld pool=%d: output %d differs", ci, all_isas[a],
+							      (long)m, v, i);
+				}
+		}
+		for (int i = 0; i < 3; i++) {
+			free(W[i]);
+			free(Ya[i]);
+			free(Yb[i]);
+		}
+	}
+	free(X);
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
 static Suite *kernels_suite(void)
 {
 	Suite *s = suite_create("kernels");
@@ -927,6 +1002,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_q4_order_is_ggml);
 	tcase_add_test(tc, test_q4_0_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
+	tcase_add_test(tc, test_matmul_many_equals_each);
 	tcase_add_test(tc, test_f16_acc_rows);
 	suite_add_tcase(s, tc);
 	return s;
