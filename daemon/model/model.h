@@ -1,10 +1,12 @@
 /* daemon/model/model.h — a Llama-family model read from GGUF (llama,
  * mistral-style llama files, qwen2) and its batched forward pass.
  *
- * Weights stay in the file's mapping, in the file's types; only the small
- * 1-D tensors (norms, biases) are converted to f32 at load, and Q4_0
- * matrices with a multiple of 8 rows are repacked into an anonymous copy
- * (PG_TYPE_Q4_0_X8, kernels/cpu/repack.h) as llama.cpp repacks them.
+ * Weights keep the file's types; only the small 1-D tensors (norms,
+ * biases) are converted to f32 at load. The matrices the forward pass
+ * streams move into one anonymous huge-page mapping (model.weights), Q4_0
+ * ones with a multiple of 8 rows repacked there (PG_TYPE_Q4_0_X8,
+ * kernels/cpu/repack.h) as llama.cpp repacks them; the token embedding
+ * stays in the file's mapping.
  */
 #ifndef PAGODA_MODEL_H
 #define PAGODA_MODEL_H
@@ -31,7 +33,7 @@ struct model_hparams {
 };
 
 struct model_weight {
-	const void *data; /* in the file's mapping, or in model.repack */
+	const void *data; /* in the file's mapping, or in model.weights */
 	uint32_t type;
 	int64_t rows, cols; /* rows outputs of cols inputs each */
 };
@@ -54,8 +56,8 @@ struct model {
 	char arch_name[32];
 	uint64_t n_params;
 	uint32_t main_type; /* weight type of most of the bytes (as in the file) */
-	void *repack;	    /* anonymous mapping of the repacked weights, or NULL */
-	size_t repack_size;
+	void *weights;	    /* anonymous mapping of the streamed matrices, or NULL */
+	size_t weights_size;
 };
 
 int model_load(const char *path, struct model **out, char *err, size_t errlen);
