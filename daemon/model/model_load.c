@@ -220,7 +220,10 @@ static uint32_t dominant_type(const struct model *m)
  * repacked). The file pages a matrix came from are dropped from the file's
  * mapping: nothing reads them again, and they would otherwise count twice.
  * PAGODA_MMAP_WEIGHTS=1 keeps the unrepacked matrices in the file's
- * mapping (shared with other processes through the page cache). */
+ * mapping (shared with other processes through the page cache), and so
+ * does a machine where the copies would take more than half of the memory
+ * available: file pages can be reclaimed under pressure, anonymous ones
+ * without swap cannot. */
 static bool repackable(const struct model_weight *w)
 {
 	return w->type == PG_TYPE_Q4_0 && w->rows % 8 == 0 && w->cols % QK4_0 == 0;
@@ -285,11 +288,42 @@ static void *place_part(void *a)
 	return NULL;
 }
 
+/* MemAvailable in bytes, or 0 when it cannot be read. */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (!f)
+		return 0;
+	char line[128];
+	unsigned long long kb = 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+static bool copy_wanted(const struct model *m)
+{
+	const char *env = getenv("PAGODA_MMAP_WEIGHTS");
+	if (env && env[0] == '1')
+		return false;
+	uint64_t bytes = matrix_bytes(&m->output);
+	for (int i = 0; i < m->hp.n_layer; i++) {
+		const struct model_layer *ly = &m->layers[i];
+		const struct model_weight *lw[] = { &ly->wq, &ly->wk, &ly->wv, &ly->wo,
+						    &ly->w_gate, &ly->w_up, &ly->w_down };
+		for (int j = 0; j < 7; j++)
+			bytes += matrix_bytes(lw[j]);
+	}
+	const uint64_t avail = mem_available();
+	return avail == 0 || bytes <= avail / 2;
+}
+
 static int place_weights(struct loader *l)
 {
 	struct model *m = l->m;
-	const char *env = getenv("PAGODA_MMAP_WEIGHTS");
-	const bool copy = !(env && env[0] == '1');
+	const bool copy = copy_wanted(m);
 	const int nw = 7 * m->hp.n_layer + 1;
 	struct model_weight **ws = malloc(nw * sizeof *ws);
 	size_t *off = malloc(nw * sizeof *off);

@@ -4,6 +4,7 @@
  * are preempted; a long shared prefix is served from the cache; KV waste
  * stays low; cancel, stop strings and bad requests behave. */
 #include "daemon/engine/engine.h"
+#include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
 #include "tests/unit/testdata.h"
 
@@ -249,6 +250,45 @@ START_TEST(test_attention_path_independent_of_chunking)
 }
 END_TEST
 
+/* The streamed matrices are copied into the huge-page mapping by default
+ * and left in the file's mapping with PAGODA_MMAP_WEIGHTS=1; where they
+ * live changes no token. */
+static bool in_copy(const struct model *m, const void *p)
+{
+	return m->weights && (const char *)p >= (const char *)m->weights &&
+	       (const char *)p < (const char *)m->weights + m->weights_size;
+}
+
+START_TEST(test_weight_placement_changes_nothing)
+{
+	char path[4096], err[512];
+	if (testdata_path(path, sizeof path, "models/synth-kq-Q8_0.gguf") != 0)
+		return;
+	struct model *m;
+	unsetenv("PAGODA_MMAP_WEIGHTS");
+	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+	ck_assert(in_copy(m, m->layers[0].wq.data) && in_copy(m, m->layers[m->hp.n_layer - 1].w_down.data));
+	model_free(m);
+	setenv("PAGODA_MMAP_WEIGHTS", "1", 1);
+	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+	ck_assert(!in_copy(m, m->layers[0].wq.data) && !in_copy(m, m->layers[m->hp.n_layer - 1].w_down.data));
+	model_free(m);
+
+	int32_t prompt[80];
+	srand(7);
+	prompt[0] = 1;
+	for (int i = 1; i < 80; i++)
+		prompt[i] = 3 + rand() % 500;
+	static struct out mapped, copied;
+	run_long_prompt((struct engine_opts){ 0 }, prompt, 80, false, &mapped);
+	unsetenv("PAGODA_MMAP_WEIGHTS");
+	run_long_prompt((struct engine_opts){ 0 }, prompt, 80, false, &copied);
+	ck_assert_int_eq(mapped.n, copied.n);
+	ck_assert_msg(memcmp(mapped.ids, copied.ids, mapped.n * sizeof(int32_t)) == 0,
+		      "weights in the file's mapping and in the copy give different tokens");
+}
+END_TEST
+
 /* A 1,100-token system prompt shared by later requests. */
 START_TEST(test_shared_prefix)
 {
@@ -425,6 +465,7 @@ int main(void)
 	tcase_add_test(tc, test_preemption);
 	tcase_add_test(tc, test_small_chunks);
 	tcase_add_test(tc, test_attention_path_independent_of_chunking);
+	tcase_add_test(tc, test_weight_placement_changes_nothing);
 	tcase_add_test(tc, test_shared_prefix);
 	tcase_add_test(tc, test_kv_waste);
 	tcase_add_test(tc, test_stop_string);
