@@ -160,25 +160,31 @@ void pg_attn_chunk_x86(const struct pg_attn_kv *kv, int n_pos, int hd, float sca
 #define KVT PG_ATTN_KV_TILE
 
 /* Scores of up to 4 query rows against tile columns [0, nw) (nw a multiple
- * of 8): kq[r][j] = (fma chain over d of kt[d][j] * q[r][d]) * scale. */
-static void tile_scores(const float *kt, int hd, const float *q, size_t ldq, int nr, float scale, int nw,
-			float *kq)
+ * of 8): kq[r][j] = (fma chain over d of kt[d][j] * q[r][d]) * scale. The
+ * row count is a constant in each instance (tile_scores below), so the
+ * accumulators stay in registers instead of going through the stack on
+ * every FMA. */
+ALWAYS_INLINE void scores_nr(const float *kt, int hd, const float *q, size_t ldq, const int nr, float scale,
+			     int nw, float *kq)
 {
 	const __m256 vsc = _mm256_set1_ps(scale);
 	for (int j = 0; j < nw; j += 16) {
 		const int two = j + 16 <= nw;
 		__m256 a[4][2];
-		for (int r = 0; r < 4; r++)
+		#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++)
 			a[r][0] = a[r][1] = _mm256_setzero_ps();
 		for (int d = 0; d < hd; d++) {
 			const __m256 k0 = _mm256_load_ps(kt + (size_t)d * KVT + j);
 			const __m256 k1 = two ? _mm256_load_ps(kt + (size_t)d * KVT + j + 8) : k0;
+			#pragma GCC unroll 4
 			for (int r = 0; r < nr; r++) {
 				const __m256 qv = _mm256_set1_ps(q[r * ldq + d]);
 				a[r][0] = _mm256_fmadd_ps(k0, qv, a[r][0]);
 				a[r][1] = _mm256_fmadd_ps(k1, qv, a[r][1]);
 			}
 		}
+		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++) {
 			_mm256_storeu_ps(kq + r * KVT + j, _mm256_mul_ps(a[r][0], vsc));
 			if (two)
@@ -187,13 +193,25 @@ static void tile_scores(const float *kt, int hd, const float *q, size_t ldq, int
 	}
 }
 
+static void tile_scores(const float *kt, int hd, const float *q, size_t ldq, int nr, float scale, int nw,
+			float *kq)
+{
+	switch (nr) {
+	case 1: scores_nr(kt, hd, q, ldq, 1, scale, nw, kq); break;
+	case 2: scores_nr(kt, hd, q, ldq, 2, scale, nw, kq); break;
+	case 3: scores_nr(kt, hd, q, ldq, 3, scale, nw, kq); break;
+	default: scores_nr(kt, hd, q, ldq, 4, scale, nw, kq); break;
+	}
+}
+
 /* acc[r] += sum over t < nt of kq[r][t] * v[t], as one FMA chain per
- * element in t order (ggml's simd_gemm on VKQ32). */
-static void tile_accumulate(const float *v, int hd, const float *kq, int nr, int nt, float *acc)
+ * element in t order (ggml's simd_gemm on VKQ32); instances as above. */
+ALWAYS_INLINE void accumulate_nr(const float *v, int hd, const float *kq, const int nr, int nt, float *acc)
 {
 	for (int d = 0; d < hd; d += 16) {
 		const int two = d + 16 <= hd;
 		__m256 a[4][2];
+		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++) {
 			a[r][0] = _mm256_load_ps(acc + (size_t)r * hd + d);
 			a[r][1] = two ? _mm256_load_ps(acc + (size_t)r * hd + d + 8) : a[r][0];
@@ -201,17 +219,29 @@ static void tile_accumulate(const float *v, int hd, const float *kq, int nr, int
 		for (int t = 0; t < nt; t++) {
 			const __m256 v0 = _mm256_load_ps(v + (size_t)t * hd + d);
 			const __m256 v1 = two ? _mm256_load_ps(v + (size_t)t * hd + d + 8) : v0;
+			#pragma GCC unroll 4
 			for (int r = 0; r < nr; r++) {
 				const __m256 p = _mm256_set1_ps(kq[r * KVT + t]);
 				a[r][0] = _mm256_fmadd_ps(v0, p, a[r][0]);
 				a[r][1] = _mm256_fmadd_ps(v1, p, a[r][1]);
 			}
 		}
+		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++) {
 			_mm256_store_ps(acc + (size_t)r * hd + d, a[r][0]);
 			if (two)
 				_mm256_store_ps(acc + (size_t)r * hd + d + 8, a[r][1]);
 		}
+	}
+}
+
+static void tile_accumulate(const float *v, int hd, const float *kq, int nr, int nt, float *acc)
+{
+	switch (nr) {
+	case 1: accumulate_nr(v, hd, kq, 1, nt, acc); break;
+	case 2: accumulate_nr(v, hd, kq, 2, nt, acc); break;
+	case 3: accumulate_nr(v, hd, kq, 3, nt, acc); break;
+	default: accumulate_nr(v, hd, kq, 4, nt, acc); break;
 	}
 }
 

@@ -141,24 +141,29 @@ void pg_attn_chunk_avx512(const struct pg_attn_kv *kv, int n_pos, int hd, float 
 
 #define KVT PG_ATTN_KV_TILE
 
-static void tile_scores16(const float *kt, int hd, const float *q, size_t ldq, int nr, float scale, int nw,
-			  float *kq)
+/* The row count is a constant in each instance (see the wrappers below),
+ * so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void scores16_nr(const float *kt, int hd, const float *q, size_t ldq,
+							      const int nr, float scale, int nw, float *kq)
 {
 	const __m512 vsc = _mm512_set1_ps(scale);
 	for (int j = 0; j < nw; j += 32) {
 		const int two = j + 32 <= nw;
 		__m512 a[4][2];
-		for (int r = 0; r < 4; r++)
+		#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++)
 			a[r][0] = a[r][1] = _mm512_setzero_ps();
 		for (int d = 0; d < hd; d++) {
 			const __m512 k0 = _mm512_load_ps(kt + (size_t)d * KVT + j);
 			const __m512 k1 = two ? _mm512_load_ps(kt + (size_t)d * KVT + j + 16) : k0;
+			#pragma GCC unroll 4
 			for (int r = 0; r < nr; r++) {
 				const __m512 qv = _mm512_set1_ps(q[r * ldq + d]);
 				a[r][0] = _mm512_fmadd_ps(k0, qv, a[r][0]);
 				a[r][1] = _mm512_fmadd_ps(k1, qv, a[r][1]);
 			}
 		}
+		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++) {
 			_mm512_storeu_ps(kq + r * KVT + j, _mm512_mul_ps(a[r][0], vsc));
 			if (two)
@@ -167,11 +172,13 @@ static void tile_scores16(const float *kt, int hd, const float *q, size_t ldq, i
 	}
 }
 
-static void tile_accumulate16(const float *v, int hd, const float *kq, int nr, int nt, float *acc)
+static inline __attribute__((always_inline)) void accumulate16_nr(const float *v, int hd, const float *kq,
+								   const int nr, int nt, float *acc)
 {
 	for (int d = 0; d < hd; d += 32) {
 		const int two = d + 32 <= hd;
 		__m512 a[4][2];
+		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++) {
 			a[r][0] = _mm512_loadu_ps(acc + (size_t)r * hd + d);
 			a[r][1] = two ? _mm512_loadu_ps(acc + (size_t)r * hd + d + 16) : a[r][0];
@@ -179,17 +186,40 @@ static void tile_accumulate16(const float *v, int hd, const float *kq, int nr, i
 		for (int t = 0; t < nt; t++) {
 			const __m512 v0 = _mm512_loadu_ps(v + (size_t)t * hd + d);
 			const __m512 v1 = two ? _mm512_loadu_ps(v + (size_t)t * hd + d + 16) : v0;
+			#pragma GCC unroll 4
 			for (int r = 0; r < nr; r++) {
 				const __m512 p = _mm512_set1_ps(kq[r * KVT + t]);
 				a[r][0] = _mm512_fmadd_ps(v0, p, a[r][0]);
 				a[r][1] = _mm512_fmadd_ps(v1, p, a[r][1]);
 			}
 		}
+		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++) {
 			_mm512_storeu_ps(acc + (size_t)r * hd + d, a[r][0]);
 			if (two)
 				_mm512_storeu_ps(acc + (size_t)r * hd + d + 16, a[r][1]);
 		}
+	}
+}
+
+static void tile_scores16(const float *kt, int hd, const float *q, size_t ldq, int nr, float scale, int nw,
+			  float *kq)
+{
+	switch (nr) {
+	case 1: scores16_nr(kt, hd, q, ldq, 1, scale, nw, kq); break;
+	case 2: scores16_nr(kt, hd, q, ldq, 2, scale, nw, kq); break;
+	case 3: scores16_nr(kt, hd, q, ldq, 3, scale, nw, kq); break;
+	default: scores16_nr(kt, hd, q, ldq, 4, scale, nw, kq); break;
+	}
+}
+
+static void tile_accumulate16(const float *v, int hd, const float *kq, int nr, int nt, float *acc)
+{
+	switch (nr) {
+	case 1: accumulate16_nr(v, hd, kq, 1, nt, acc); break;
+	case 2: accumulate16_nr(v, hd, kq, 2, nt, acc); break;
+	case 3: accumulate16_nr(v, hd, kq, 3, nt, acc); break;
+	default: accumulate16_nr(v, hd, kq, 4, nt, acc); break;
 	}
 }
 
