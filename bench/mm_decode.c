@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 	srand(3);
 	for (int64_t i = 0; i < wide; i++)
 		X[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-	double best = 1e30, *ts = calloc((size_t)reps, sizeof(double));
+	double *ts = calloc((size_t)reps, sizeof(double));
 	for (int r = 0; r < reps; r++) {
 		double t = now();
 		for (int l = 0; l < m->hp.n_layer; l++) {
@@ -56,12 +56,11 @@ int main(int argc, char **argv)
 		}
 		pg_matmul(p, m->output.data, m->output.type, m->output.rows, m->output.cols, X, 1, Y, m->output.rows);
 		t = now() - t;
-		best = t < best ? t : best;
 		ts[r] = t;
 	}
 	qsort(ts, (size_t)reps, sizeof(double), cmp_double);
-	printf("matmuls of one decode token: best %.2f ms = %.1f tok/s, median %.2f ms = %.1f tok/s\n", best * 1e3,
-	       1 / best, ts[reps / 2] * 1e3, 1 / ts[reps / 2]);
+	printf("matmuls of one decode token: best %.2f ms = %.1f tok/s, median %.2f ms = %.1f tok/s\n", ts[0] * 1e3,
+	       1 / ts[0], ts[reps / 2] * 1e3, 1 / ts[reps / 2]);
 	free(ts);
 	pg_pool_destroy(p);
 	model_free(m);

@@ -303,19 +303,13 @@ static uint64_t mem_available(void)
 	return (uint64_t)kb * 1024;
 }
 
-static bool copy_wanted(const struct model *m)
+/* Whether the unrepacked matrices are copied too, bytes being the size of
+ * the copy with them. */
+static bool copy_wanted(uint64_t bytes)
 {
 	const char *env = getenv("PAGODA_MMAP_WEIGHTS");
 	if (env && env[0] == '1')
 		return false;
-	uint64_t bytes = matrix_bytes(&m->output);
-	for (int i = 0; i < m->hp.n_layer; i++) {
-		const struct model_layer *ly = &m->layers[i];
-		const struct model_weight *lw[] = { &ly->wq, &ly->wk, &ly->wv, &ly->wo,
-						    &ly->w_gate, &ly->w_up, &ly->w_down };
-		for (int j = 0; j < 7; j++)
-			bytes += matrix_bytes(lw[j]);
-	}
 	const uint64_t avail = mem_available();
 	return avail == 0 || bytes <= avail / 2;
 }
@@ -323,7 +317,6 @@ static bool copy_wanted(const struct model *m)
 static int place_weights(struct loader *l)
 {
 	struct model *m = l->m;
-	const bool copy = copy_wanted(m);
 	const int nw = 7 * m->hp.n_layer + 1;
 	struct model_weight **ws = malloc(nw * sizeof *ws);
 	size_t *off = malloc(nw * sizeof *off);
@@ -337,11 +330,20 @@ static int place_weights(struct loader *l)
 		struct model_layer *ly = &m->layers[i];
 		struct model_weight *lw[] = { &ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down };
 		for (int j = 0; j < 7; j++)
-			if (repackable(lw[j]) || copy)
-				ws[n++] = lw[j];
+			ws[n++] = lw[j];
 	}
-	if (repackable(&m->output) || (copy && !tied_to_embedding(m, &m->output)))
+	if (repackable(&m->output) || !tied_to_embedding(m, &m->output))
 		ws[n++] = &m->output;
+	uint64_t all = 0;
+	for (int i = 0; i < n; i++)
+		all += placed_bytes(ws[i]);
+	if (!copy_wanted(all)) { /* the repacked ones only */
+		int kept = 0;
+		for (int i = 0; i < n; i++)
+			if (repackable(ws[i]))
+				ws[kept++] = ws[i];
+		n = kept;
+	}
 	size_t total = 0;
 	for (int i = 0; i < n; i++) {
 		off[i] = total;

@@ -509,42 +509,33 @@ ALWAYS_INLINE void q4_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 /* Q8_0, eight weight rows at a time, in ggml_vec_dot_q8_0_q8_0's order
  * (the same as q8_0_tile: per output one 8-lane accumulator, acc =
  * fma(dw*dx, (float)lane sums, acc) block after block, then hsum_ps). Only
- * the tiling differs: JR weight rows x nr activation rows in registers,
- * each weight block loaded once per tile and each activation block once
- * per JR weight rows. JR is what the register file holds: 4 with
- * AVX-512VL's 32 registers, 2 with AVX2's 16 (4 x 4 accumulators there
- * spill on every block). With VNNI the activations are made unsigned
- * (y + 128) and the 128·Σw of each lane is taken back out through the
- * accumulator start, exact in integers, so one vpdpbusd gives the lane
- * sums. */
-#ifdef PG_X86_VNNI
-#define Q8_0_X8_JR 4
-#else
-#define Q8_0_X8_JR 2
-#endif
+ * the tiling differs: 4 weight rows x nr activation rows in registers, each
+ * weight block loaded once per tile and each activation block once per 4
+ * weight rows. With VNNI the activations are made unsigned (y + 128) and
+ * the 128·Σw of each lane is taken back out through the accumulator start,
+ * exact in integers, so one vpdpbusd gives the lane sums. */
 ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
 				float *s, size_t bs)
 {
-	enum { JR = Q8_0_X8_JR };
 	const int64_t nb = k / QK8_0;
 #ifdef PG_X86_VNNI
 	const __m256i u128 = _mm256_set1_epi8((char)0x80);
 #endif
-	/* dw*dx of the tile's pairs, computed JR at a time and read back as
+	/* dw*dx of the tile's pairs, computed 4 at a time and read back as
 	 * broadcast operands of the FMAs (each the same float product). */
 	float sc[4 * PG_MAX_NR] __attribute__((aligned(16)));
-	for (int j0 = 0; j0 < 8; j0 += JR) {
-		__m256 acc[JR][PG_MAX_NR];
+	for (int j0 = 0; j0 < 8; j0 += 4) {
+		__m256 acc[4][PG_MAX_NR];
 		#pragma GCC unroll 4
-		for (int j = 0; j < JR; j++)
+		for (int j = 0; j < 4; j++)
 			#pragma GCC unroll 4
 			for (int r = 0; r < nr; r++)
 				acc[j][r] = _mm256_setzero_ps();
 		const block_q8_0 *w0 = WROW(block_q8_0, w, bw, j0);
 		for (int64_t i = 0; i < nb; i++) {
-			__m256i wq[JR], wc[JR];
+			__m256i wq[4], wc[4];
 			#pragma GCC unroll 4
-			for (int j = 0; j < JR; j++) {
+			for (int j = 0; j < 4; j++) {
 				const block_q8_0 *b = WROW(block_q8_0, w0, bw, j) + i;
 				_mm_prefetch((const char *)b + 8 * bw, _MM_HINT_T0);
 				wq[j] = _mm256_loadu_si256((const __m256i *)b->qs);
@@ -556,9 +547,9 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 #endif
 			}
 			__m128i dwh = _mm_cvtsi32_si128(w0[i].d);
-			#pragma GCC unroll 4
-			for (int j = 1; j < JR; j++)
-				dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, j)[i].d, j);
+			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 1)[i].d, 1);
+			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 2)[i].d, 2);
+			dwh = _mm_insert_epi16(dwh, WROW(block_q8_0, w0, bw, 3)[i].d, 3);
 			const __m128 dw = _mm_cvtph_ps(dwh);
 			#pragma GCC unroll 4
 			for (int r = 0; r < nr; r++)
@@ -572,7 +563,7 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 				const __m256i yu = _mm256_xor_si256(y, u128);
 #endif
 				#pragma GCC unroll 4
-				for (int j = 0; j < JR; j++) {
+				for (int j = 0; j < 4; j++) {
 #ifdef PG_X86_VNNI
 					const __m256i p = _mm256_dpbusd_epi32(wc[j], yu, wq[j]);
 #else
@@ -586,13 +577,13 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++)
 			#pragma GCC unroll 4
-			for (int j = 0; j < JR; j++)
+			for (int j = 0; j < 4; j++)
 				s[(size_t)r * bs + j0 + j] = hsum_ps(acc[j][r]);
 	}
 }
 
 /* One activation row (decode) against the 8 rows at once: eight streams in
- * flight instead of Q8_0_X8_JR, the activation block loaded once, and its
+ * flight instead of four, the activation block loaded once, and its
  * per-block work (the scale products, and |y| or the VNNI correction) done
  * once for the 8 rows. With VNNI the weights are made unsigned (w + 128)
  * and the correction, 128·Σy per lane, is the activation's; without, the

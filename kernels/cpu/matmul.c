@@ -189,11 +189,17 @@ static void use_packed(struct mm_job *j, uint32_t wtype)
 	j->tile = 2 * PG_PACK_PAIRS;
 }
 
-static void run_matmul(struct pg_pool *p, struct mm_job *j, uint32_t wtype)
+/* Tile width (packing the activations where the ISA does) and chunk size. */
+static void plan(struct pg_pool *p, struct mm_job *j, uint32_t wtype)
 {
 	j->tile = PG_MAX_NR;
 	use_packed(j, wtype);
 	j->chunk = pick_chunk(j->n, j->wrow, j->m, pg_pool_size(p), j->gemv8 != NULL);
+}
+
+static void run_matmul(struct pg_pool *p, struct mm_job *j, uint32_t wtype)
+{
+	plan(p, j, wtype);
 	atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 	if ((j->n <= j->chunk && j->m <= PG_MAX_NR) || pg_pool_size(p) == 1)
 		mm_job_run(j, 0, 1);
@@ -360,6 +366,25 @@ static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, co
 		pg_pool_run(p, x8_job_run, &j);
 }
 
+/* j->Xq = X in the weight's vec-dot type (X itself for f32), in the
+ * calling thread's buffer. */
+static bool convert_input(struct pg_pool *p, struct mm_job *j, uint32_t wtype, const float *X)
+{
+	if (pg_vec_dot_type(wtype) == PG_TYPE_F32) {
+		j->Xq = (char *)X;
+		return true;
+	}
+	j->Xq = scratch(&tl_act, j->xrow * (size_t)j->m);
+	if (!j->Xq)
+		return false;
+	j->X = X;
+	if (j->m >= 4 && pg_pool_size(p) > 1)
+		pg_pool_run(p, quant_job, j);
+	else
+		quant_job(j, 0, 1);
+	return true;
+}
+
 void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
 	       int64_t m, float *Y, int64_t ldy)
 {
@@ -368,20 +393,8 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
 		return;
 	}
 	struct mm_job j;
-	if (!setup(&j, W, wtype, n, k, m, Y, ldy))
+	if (!setup(&j, W, wtype, n, k, m, Y, ldy) || !convert_input(p, &j, wtype, X))
 		return;
-	if (pg_vec_dot_type(wtype) == PG_TYPE_F32) {
-		j.Xq = (char *)X;
-	} else {
-		j.Xq = scratch(&tl_act, j.xrow * (size_t)m);
-		if (!j.Xq)
-			return;
-		j.X = X;
-		if (m >= 4 && pg_pool_size(p) > 1)
-			pg_pool_run(p, quant_job, &j);
-		else
-			quant_job(&j, 0, 1);
-	}
 	run_matmul(p, &j, wtype);
 }
 
@@ -451,27 +464,18 @@ static bool many_prepare_mm(struct pg_pool *p, struct many_job *j, const struct 
 		    (j->mm[i].gemv8 == NULL) != (j->mm[0].gemv8 == NULL))
 			return false; /* one packing must serve every matrix */
 	struct mm_job *j0 = &j->mm[0];
-	if (pg_vec_dot_type(wtype) == PG_TYPE_F32) {
-		j0->Xq = (char *)X;
-	} else {
-		j0->Xq = scratch(&tl_act, j0->xrow * (size_t)m);
-		if (!j0->Xq)
-			return false;
-		j0->X = X;
-		if (m >= 4 && pg_pool_size(p) > 1)
-			pg_pool_run(p, quant_job, j0);
-		else
-			quant_job(j0, 0, 1);
-	}
-	j0->tile = PG_MAX_NR;
-	use_packed(j0, wtype);
+	if (!convert_input(p, j0, wtype, X))
+		return false;
+	plan(p, j0, wtype);
 	for (int i = 0; i < count; i++) {
 		struct mm_job *ji = &j->mm[i];
-		ji->Xq = j0->Xq;
-		ji->xrow = j0->xrow;
-		ji->gemv8 = j0->gemv8;
-		ji->tile = j0->tile;
-		ji->chunk = pick_chunk(ji->n, ji->wrow, m, pg_pool_size(p), ji->gemv8 != NULL);
+		if (i > 0) { /* the converted (and packed) input is op 0's */
+			ji->Xq = j0->Xq;
+			ji->xrow = j0->xrow;
+			ji->gemv8 = j0->gemv8;
+			ji->tile = j0->tile;
+			ji->chunk = pick_chunk(ji->n, ji->wrow, m, pg_pool_size(p), ji->gemv8 != NULL);
+		}
 		j->first[i + 1] = j->first[i] + mm_nchunks(ji);
 	}
 	return true;
