@@ -70,29 +70,31 @@ void pg_f16_fma_avx2(pg_f16 *acc, const pg_f16 *v, float s, int64_t n);
 void pg_f16_scale_avx512(pg_f16 *acc, float s, int64_t n);
 void pg_f16_fma_avx512(pg_f16 *acc, const pg_f16 *v, float s, int64_t n);
 
-/* Activations repacked for a kernel, once per matmul: rows in pairs, a
- * pair taking pair_bytes(k) bytes (an even number). gemv8 then reads pair
- * i0/2 at x = packed + i0 * (pair_bytes / 2), the stride matmul.c uses for
- * rows, with nr up to 2 * PG_PACK_PAIRS. Only for m >= 2 and weights with
- * n % 8 == 0. */
+/* Activations repacked for a kernel, once per matmul: rows in units of
+ * `rows` (2 or 4; rows past m repeat the last one), a unit taking
+ * unit_bytes(k) bytes, a multiple of `rows`. gemv8 then reads row i0 (a
+ * multiple of 2 * PG_PACK_PAIRS) at x = packed + i0 * (unit_bytes / rows),
+ * the stride matmul.c uses for rows, with nr up to 2 * PG_PACK_PAIRS. Only
+ * for m >= 2 and weights with n % 8 == 0. */
 #define PG_PACK_PAIRS 4 /* pairs per packed tile: up to 8 activation rows */
 struct pg_act_pack {
-	size_t (*pair_bytes)(int64_t k);
-	void (*pack)(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pair_stride);
+	int rows;
+	size_t (*unit_bytes)(int64_t k);
+	void (*pack)(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t unit_stride);
 	pg_gemv8_fn gemv8;
 };
 
-/* Q8_0 on 512-bit vectors (q8_0_avx512.c). */
+/* Q8_0 on 512-bit vectors (q8_0_avx512.c): rows in pairs. */
 size_t pg_q8_0_pair_bytes_avx512(int64_t k);
 void pg_q8_0_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride);
 void pg_gemv8_q8_0_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 				size_t bs);
 
-/* Q8_0 on AVX2 without VNNI (q8_0_avx2.c): rows packed with float scales. */
-size_t pg_q8_0_pair_bytes_avx2(int64_t k);
-void pg_q8_0_pack_pairs_avx2(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride);
-void pg_gemv8_q8_0_packed_avx2(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-			       size_t bs);
+/* Q8_0 on AVX2 without VNNI (q8_0_avx2.c): rows in quads, scales as floats. */
+size_t pg_q8_0_quad_bytes_avx2(int64_t k);
+void pg_q8_0_pack_quads_avx2(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t qstride);
+void pg_gemv8_q8_0_quads_avx2(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			      size_t bs);
 
 /* The table in use (dispatch.c). */
 const struct pg_kern *pg_kern_get(void);

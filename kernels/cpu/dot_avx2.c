@@ -113,10 +113,11 @@ static void f32_from_float(const float *x, void *y, int64_t k)
 	memcpy(y, x, (size_t)k * sizeof(float));
 }
 
-static const struct pg_act_pack q8_0_packed = {
-	.pair_bytes = pg_q8_0_pair_bytes_avx2,
-	.pack = pg_q8_0_pack_pairs_avx2,
-	.gemv8 = pg_gemv8_q8_0_packed_avx2,
+static const struct pg_act_pack q8_0_quads = {
+	.rows = 4,
+	.unit_bytes = pg_q8_0_quad_bytes_avx2,
+	.pack = pg_q8_0_pack_quads_avx2,
+	.gemv8 = pg_gemv8_q8_0_quads_avx2,
 };
 
 const struct pg_kern pg_kern_avx2 = {
@@ -141,7 +142,7 @@ const struct pg_kern pg_kern_avx2 = {
 	},
 	.q4_0_x8 = pg_q4_0_x8_avx2,
 	.act_pack = {
-		[PG_TYPE_Q8_0] = &q8_0_packed,
+		[PG_TYPE_Q8_0] = &q8_0_quads,
 	},
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,

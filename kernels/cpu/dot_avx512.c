@@ -154,9 +154,10 @@ static void f32_from_float(const float *x, void *y, int64_t k)
 /* Two or more activation rows of Q8_0: packed pairs on 512-bit vectors.
  * One row (decode) stays on the 256-bit kernel: it is bound by memory. */
 static const struct pg_act_pack q8_0_pairs = {
-	pg_q8_0_pair_bytes_avx512,
-	pg_q8_0_pack_pairs_avx512,
-	pg_gemv8_q8_0_pairs_avx512,
+	.rows = 2,
+	.unit_bytes = pg_q8_0_pair_bytes_avx512,
+	.pack = pg_q8_0_pack_pairs_avx512,
+	.gemv8 = pg_gemv8_q8_0_pairs_avx512,
 };
 
 const struct pg_kern pg_kern_avx512 = {

@@ -584,11 +584,12 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 
 /* One activation row (decode) against the 8 rows at once: eight streams in
  * flight instead of four, the activation block loaded once, and its
- * per-block work (the scale products, and |y| or the VNNI correction) done
- * once for the 8 rows. With VNNI the weights are made unsigned (w + 128)
- * and the correction, 128·Σy per lane, is the activation's; without, the
- * activation is the unsigned side, |y| against sign(w, y), the same
- * products. Same float ops per output as q8_0_x8_tile. */
+ * per-block work (the scale products, and the VNNI correction) done once
+ * for the 8 rows. With VNNI the weights are made unsigned (w + 128) and the
+ * correction, 128·Σy per lane, is the activation's; without, |w| against
+ * sign(y, w) as ggml does: the other way round (|y| against sign(w, y))
+ * saves an op per row but gets w = -128 wrong, which a file may hold. Same
+ * float ops per output as q8_0_x8_tile. */
 ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *x, float *s)
 {
 	const int64_t nb = k / QK8_0;
@@ -606,8 +607,6 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 #ifdef PG_X86_VNNI
 		const __m256i c = _mm256_sub_epi32(_mm256_setzero_si256(),
 						   _mm256_dpbusd_epi32(_mm256_setzero_si256(), u128, y));
-#else
-		const __m256i ay = _mm256_sign_epi8(y, y);
 #endif
 		_mm256_store_ps(sc, _mm256_mul_ps(f16x8_strided(&WROW(block_q8_0, w, bw, 0)[i].d, bw),
 						  _mm256_set1_ps(f16s(xb[i].d))));
@@ -620,7 +619,7 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 #ifdef PG_X86_VNNI
 			const __m256i p = _mm256_dpbusd_epi32(c, _mm256_xor_si256(wq, u128), y);
 #else
-			const __m256i p = dot_us8(_mm256_setzero_si256(), ay, _mm256_sign_epi8(wq, y));
+			const __m256i p = dot_us8(_mm256_setzero_si256(), _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(y, wq));
 #endif
 			acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + j), _mm256_cvtepi32_ps(p), acc[j]);
 		}

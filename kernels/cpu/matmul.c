@@ -11,8 +11,9 @@
  * Where the table has a gemv8 for the weight type and n % 8 == 0 (the
  * shapes llama.cpp repacks), chunks are whole groups of 8 rows and each
  * group goes to gemv8 in one call (see cpu.h). Where the ISA also packs
- * the activations for that type (struct pg_act_pack), they are packed
- * once per matmul and the tiles are 2 * PG_PACK_PAIRS rows wide.
+ * the activations for that type (struct pg_act_pack: pairs or quads of
+ * rows), they are packed once per matmul and the tiles are
+ * 2 * PG_PACK_PAIRS rows wide.
  *
  * Q4_0 weights repacked at load (PG_TYPE_Q4_0_X8, repack.h) take their own
  * path: activations become pg_q8x blocks (Q8_0 plus the -8·Σy the kernel
@@ -172,19 +173,19 @@ static void *scratch(struct tl_buf *b, size_t need)
 }
 
 /* Where the ISA packs activations for this weight type, the tiles read
- * the packed pairs instead of the rows. */
+ * the packed units instead of the rows. */
 static void use_packed(struct mm_job *j, uint32_t wtype)
 {
 	const struct pg_act_pack *pk = pg_kern_get()->act_pack[wtype];
 	if (!pk || !j->gemv8 || j->m < 2)
 		return;
-	const size_t ps = pk->pair_bytes(j->k);
-	void *buf = scratch(&tl_pack, ps * (size_t)((j->m + 1) / 2));
+	const size_t us = pk->unit_bytes(j->k);
+	void *buf = scratch(&tl_pack, us * (size_t)((j->m + pk->rows - 1) / pk->rows));
 	if (!buf)
 		return; /* the row kernels need no extra memory */
-	pk->pack(j->Xq, j->xrow, j->m, j->k, buf, ps);
+	pk->pack(j->Xq, j->xrow, j->m, j->k, buf, us);
 	j->Xq = buf;
-	j->xrow = ps / 2;
+	j->xrow = us / (size_t)pk->rows;
 	j->gemv8 = pk->gemv8;
 	j->tile = 2 * PG_PACK_PAIRS;
 }

@@ -5,16 +5,27 @@
  * every output: eight lanes, lane g holding the integer sum of the block's
  * elements 4g..4g+3 (maddubs(|w|, sign(y, w)), then madd with ones), acc =
  * fma(dw*dy, (float)lanes, acc) block after block, then hsum_float_8. That
- * is six vector ops per block per output; the rest is overhead, and what
- * is per activation block is done once per matmul: the rows are packed
- * with their scales already as floats, so the per-output scale is two
- * broadcasts and one multiply, no f16 conversion per weight row.
+ * is five vector ops per block per output and the broadcast of its scale.
+ * On Zen 3 the kernel is bound by the vector ops it issues (about 3.4 a
+ * cycle), so the rest is taken out of the per-output work:
  *
- * Packed row (stride nb * 36 bytes; rows in pairs as struct pg_act_pack
- * wants, an odd last row paired with itself):
- *   Y: nb blocks of 32 quants, D: nb floats (dy).
- * Tiles are 2 weight rows x up to 4 activation rows: 8 accumulators, the
- * two |w|, their scales and the temporaries in AVX2's 16 registers.
+ * - activations are packed once per matmul in quads of rows, their scales
+ *   as floats, the four of a block side by side;
+ * - the eight scale products dw_j*dy_r of a 2 x 4 tile are one multiply
+ *   per block, stored and broadcast back, formed one block ahead into the
+ *   other half of a two-slot buffer (a broadcast of a store still in
+ *   flight stalls: 5% slower);
+ * - the full tile is one assembly loop in which the 16 registers hold the
+ *   8 accumulators, w and |w| of both weight rows, ones and three
+ *   temporaries (the compiler's version spilled: 4% slower).
+ * Together 2.4 cycles per block pair on cached rows instead of 2.65
+ * (bench/mm_kernel: +8-9% per matmul); the ops alone take 2.0
+ * (bench/q8_0_floor.c). Tiles of 2 x 4 were measured against 1 x 4, 1 x 8,
+ * 2 x 3 and 4 x 2.
+ *
+ * Packed quad (stride 4 * nb * 36 bytes; rows past m repeat the last row):
+ *   Y: four rows of nb blocks of 32 quants, row after row;
+ *   D: nb times the four rows' dy (floats).
  */
 #include <immintrin.h>
 
@@ -22,39 +33,36 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* 2 x 4: 8 accumulators; measured against 1 x 4, 1 x 8, 2 x 3 and 4 x 2
- * on Zen 3 (a gemv8 loop on cached rows), the fastest with the 1 x 8 close. */
-#define Q8_JR 2
-#define Q8_NR 4
-
 #define WB(w, bw, j) ((const block_q8_0 *)((const char *)(w) + (size_t)(j) * (bw)))
 
+/* Bytes of one packed row's share: 32 quants and a float per block. */
 AI size_t row_bytes(int64_t nb)
 {
 	return (size_t)nb * 36;
 }
 
-size_t pg_q8_0_pair_bytes_avx2(int64_t k)
+size_t pg_q8_0_quad_bytes_avx2(int64_t k)
 {
-	return 2 * row_bytes(k / QK8_0);
+	return 4 * row_bytes(k / QK8_0);
 }
 
-void pg_q8_0_pack_pairs_avx2(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride)
+void pg_q8_0_pack_quads_avx2(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t qstride)
 {
 	const int64_t nb = k / QK8_0;
-	const size_t rb = row_bytes(nb);
-	for (int64_t p = 0; p < (m + 1) / 2; p++)
-		for (int h = 0; h < 2; h++) {
-			const int64_t r = 2 * p + h < m ? 2 * p + h : 2 * p;
+	for (int64_t q = 0; q < (m + 3) / 4; q++) {
+		char *base = (char *)dst + (size_t)q * qstride;
+		float *d = (float *)(base + 4 * (size_t)nb * 32);
+		for (int h = 0; h < 4; h++) {
+			const int64_t r = 4 * q + h < m ? 4 * q + h : m - 1;
 			const block_q8_0 *a = (const block_q8_0 *)((const char *)xq + (size_t)r * xrow);
-			char *y = (char *)dst + (size_t)p * pstride + (size_t)h * rb;
-			float *d = (float *)(y + (size_t)nb * 32);
+			char *y = base + (size_t)h * nb * 32;
 			for (int64_t i = 0; i < nb; i++) {
 				_mm256_storeu_si256((__m256i *)(y + 32 * i),
 						    _mm256_loadu_si256((const __m256i *)a[i].qs));
-				d[i] = _cvtsh_ss(a[i].d);
+				d[4 * i + h] = _cvtsh_ss(a[i].d);
 			}
 		}
+	}
 }
 
 AI float hsum8(__m256 v)
@@ -65,68 +73,147 @@ AI float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-AI __m256 dw_bcast(const block_q8_0 *b)
+/* The eight scale products of a 2 x 4 tile at block i: pr[4 j + r] = dw_j * dy_r. */
+AI void products(const block_q8_0 *b0, const block_q8_0 *b1, const float *D, int64_t i, float *pr)
 {
-	return _mm256_cvtph_ps(_mm_set1_epi16((short)b->d));
+	const __m128i dh = _mm_blend_epi32(_mm_set1_epi16((short)b0[i].d), _mm_set1_epi16((short)b1[i].d), 0xc);
+	const __m256 dw = _mm256_cvtph_ps(dh);
+	_mm256_store_ps(pr, _mm256_mul_ps(dw, _mm256_broadcast_ps((const __m128 *)(D + 4 * i))));
 }
 
-/* JR weight rows against NR packed rows from x (stride rb). */
-AI void tile(int64_t nb, const void *w, size_t bw, const char *x, size_t rb, const int JR, const int NR, float *s,
-	     size_t bs)
+/* ymm0-3: rows 0-3 against weight row 0, ymm4-7: against weight row 1;
+ * ymm8/9: w, ymm10/11: |w|, ymm12: ones, ymm13: y, ymm14: lanes, ymm15: scale. */
+#define Q8_PAIR(OFF, Q, A, C)                                 \
+	"vpsignb %%" Q ", %%ymm13, %%ymm14\n\t"               \
+	"vpmaddubsw %%ymm14, %%" A ", %%ymm14\n\t"            \
+	"vpmaddwd %%ymm12, %%ymm14, %%ymm14\n\t"              \
+	"vcvtdq2ps %%ymm14, %%ymm14\n\t"                      \
+	"vbroadcastss " #OFF "(%[pp]), %%ymm15\n\t"           \
+	"vfmadd231ps %%ymm14, %%ymm15, %%" C "\n\t"
+#define Q8_ROW(YADDR, R, C0, C1)                              \
+	"vmovdqu " YADDR ", %%ymm13\n\t"                      \
+	Q8_PAIR(R * 4, "ymm8", "ymm10", C0) Q8_PAIR(16 + R * 4, "ymm9", "ymm11", C1)
+#define Q8_BLOCK                                              \
+	"vmovdqu 2(%[wp]), %%ymm8\n\t"                        \
+	"vmovdqu 2(%[wp],%[bw],1), %%ymm9\n\t"                \
+	"vpabsb %%ymm8, %%ymm10\n\t"                          \
+	"vpabsb %%ymm9, %%ymm11\n\t"                          \
+	Q8_ROW("(%[yp])", 0, "ymm0", "ymm4")                  \
+	Q8_ROW("(%[yp],%[ys],1)", 1, "ymm1", "ymm5")          \
+	Q8_ROW("(%[yp],%[ys],2)", 2, "ymm2", "ymm6")          \
+	Q8_ROW("(%[yp],%[ys3],1)", 3, "ymm3", "ymm7")
+/* products() of the next block into pn, in the registers free at the top */
+#define Q8_NEXT                                               \
+	"vpbroadcastw 34(%[wp]), %%xmm13\n\t"                 \
+	"vpbroadcastw 34(%[wp],%[bw],1), %%xmm14\n\t"         \
+	"vpblendd $0xc, %%xmm14, %%xmm13, %%xmm13\n\t"        \
+	"vcvtph2ps %%xmm13, %%ymm13\n\t"                      \
+	"vbroadcastf128 16(%[dp]), %%ymm14\n\t"               \
+	"vmulps %%ymm14, %%ymm13, %%ymm13\n\t"                \
+	"vmovaps %%ymm13, (%[pn])\n\t"
+
+/* Weight rows w, w + bw against the four rows of the quad at x. */
+static void tile_2x4(int64_t nb, const block_q8_0 *w, size_t bw, const char *x, float *s, size_t bs)
+{
+	static const short ones[16] __attribute__((aligned(32))) = { 1, 1, 1, 1, 1, 1, 1, 1,
+								     1, 1, 1, 1, 1, 1, 1, 1 };
+	const float *D = (const float *)(x + 4 * (size_t)nb * 32);
+	const size_t ys = (size_t)nb * 32, ys3 = 3 * ys;
+	float pr[16] __attribute__((aligned(32)));
+	__m256 acc[8] __attribute__((aligned(32)));
+	products(w, WB(w, bw, 1), D, 0, pr);
+	const char *wp = (const char *)w, *yp = x;
+	const float *dp = D;
+	float *pp = pr, *pn = pr + 8;
+	int64_t n = nb - 1; /* blocks with a next one; the last runs after the loop */
+	__asm__ volatile("vxorps %%ymm0, %%ymm0, %%ymm0\n\t"
+			 "vmovaps %%ymm0, %%ymm1\n\t"
+			 "vmovaps %%ymm0, %%ymm2\n\t"
+			 "vmovaps %%ymm0, %%ymm3\n\t"
+			 "vmovaps %%ymm0, %%ymm4\n\t"
+			 "vmovaps %%ymm0, %%ymm5\n\t"
+			 "vmovaps %%ymm0, %%ymm6\n\t"
+			 "vmovaps %%ymm0, %%ymm7\n\t"
+			 "vmovdqa (%[ones]), %%ymm12\n\t"
+			 "test %[n], %[n]\n\t"
+			 "jz 2f\n\t"
+			 "1:\n\t" Q8_NEXT Q8_BLOCK
+			 "add $34, %[wp]\n\t"
+			 "add $32, %[yp]\n\t"
+			 "add $16, %[dp]\n\t"
+			 "xchg %[pp], %[pn]\n\t"
+			 "dec %[n]\n\t"
+			 "jnz 1b\n\t"
+			 "2:\n\t" Q8_BLOCK
+			 "vmovaps %%ymm0, 0(%[acc])\n\t"
+			 "vmovaps %%ymm1, 32(%[acc])\n\t"
+			 "vmovaps %%ymm2, 64(%[acc])\n\t"
+			 "vmovaps %%ymm3, 96(%[acc])\n\t"
+			 "vmovaps %%ymm4, 128(%[acc])\n\t"
+			 "vmovaps %%ymm5, 160(%[acc])\n\t"
+			 "vmovaps %%ymm6, 192(%[acc])\n\t"
+			 "vmovaps %%ymm7, 224(%[acc])\n\t"
+			 : [wp] "+r"(wp), [yp] "+r"(yp), [dp] "+r"(dp), [pp] "+r"(pp), [pn] "+r"(pn), [n] "+r"(n)
+			 : [acc] "r"(acc), [ones] "r"(ones), [bw] "r"(bw), [ys] "r"(ys), [ys3] "r"(ys3)
+			 : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+			   "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+	for (int r = 0; r < 4; r++) {
+		s[(size_t)r * bs] = hsum8(acc[r]);
+		s[(size_t)r * bs + 1] = hsum8(acc[4 + r]);
+	}
+}
+
+#undef Q8_NEXT
+#undef Q8_BLOCK
+#undef Q8_ROW
+#undef Q8_PAIR
+
+/* The same for the last NR < 4 rows of a matmul (the quad's padding rows
+ * are not computed). */
+AI void tile_tail(int64_t nb, const block_q8_0 *w, size_t bw, const char *x, const int NR, float *s, size_t bs)
 {
 	const __m256i ones = _mm256_set1_epi16(1);
-	const size_t doff = (size_t)nb * 32;
-	__m256 acc[Q8_JR][Q8_NR];
-	#pragma GCC unroll 4
-	for (int j = 0; j < JR; j++)
-		#pragma GCC unroll 8
-		for (int r = 0; r < NR; r++)
-			acc[j][r] = _mm256_setzero_ps();
+	const float *D = (const float *)(x + 4 * (size_t)nb * 32);
+	const block_q8_0 *w1 = WB(w, bw, 1);
+	float pr[8] __attribute__((aligned(32)));
+	__m256 acc[2][3];
+	for (int r = 0; r < NR; r++)
+		acc[0][r] = acc[1][r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
-		__m256i q[Q8_JR], a[Q8_JR];
-		__m256 d[Q8_JR];
-		#pragma GCC unroll 4
-		for (int j = 0; j < JR; j++) {
-			const block_q8_0 *b = WB(w, bw, j) + i;
-			_mm_prefetch((const char *)b + 8 * bw, _MM_HINT_T0);
-			q[j] = _mm256_loadu_si256((const __m256i *)b->qs);
-			a[j] = _mm256_sign_epi8(q[j], q[j]);
-			d[j] = dw_bcast(b);
-		}
-		#pragma GCC unroll 8
+		products(w, w1, D, i, pr);
+		const __m256i q0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
+		const __m256i q1 = _mm256_loadu_si256((const __m256i *)w1[i].qs);
+		const __m256i a0 = _mm256_sign_epi8(q0, q0), a1 = _mm256_sign_epi8(q1, q1);
 		for (int r = 0; r < NR; r++) {
-			const char *xr = x + (size_t)r * rb;
-			const __m256i y = _mm256_loadu_si256((const __m256i *)(xr + 32 * i));
-			const __m256 dy = _mm256_broadcast_ss((const float *)(xr + doff) + i);
-			#pragma GCC unroll 4
-			for (int j = 0; j < JR; j++) {
-				const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(a[j], _mm256_sign_epi8(y, q[j])), ones);
-				acc[j][r] = _mm256_fmadd_ps(_mm256_mul_ps(d[j], dy), _mm256_cvtepi32_ps(p), acc[j][r]);
-			}
+			const __m256i y = _mm256_loadu_si256((const __m256i *)(x + (size_t)r * nb * 32 + 32 * i));
+			const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(y, q0)), ones);
+			const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(y, q1)), ones);
+			acc[0][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + r), _mm256_cvtepi32_ps(p0), acc[0][r]);
+			acc[1][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + 4 + r), _mm256_cvtepi32_ps(p1), acc[1][r]);
 		}
 	}
-	#pragma GCC unroll 8
-	for (int r = 0; r < NR; r++)
-		#pragma GCC unroll 4
-		for (int j = 0; j < JR; j++)
-			s[(size_t)r * bs + j] = hsum8(acc[j][r]);
+	for (int r = 0; r < NR; r++) {
+		s[(size_t)r * bs] = hsum8(acc[0][r]);
+		s[(size_t)r * bs + 1] = hsum8(acc[1][r]);
+	}
 }
 
-/* pg_gemv8_fn over packed rows (nr <= 2 * PG_PACK_PAIRS, row stride bx). */
-void pg_gemv8_q8_0_packed_avx2(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-			       size_t bs)
+/* pg_gemv8_fn over packed quads: x is a quad's first row (row stride bx,
+ * nr <= 2 * PG_PACK_PAIRS). */
+void pg_gemv8_q8_0_quads_avx2(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			      size_t bs)
 {
 	const int64_t nb = k / QK8_0;
-	for (int r0 = 0; r0 < nr; r0 += Q8_NR) {
+	for (int r0 = 0; r0 < nr; r0 += 4) {
 		const char *xr = (const char *)x + (size_t)r0 * bx;
 		float *sr = s + (size_t)r0 * bs;
-		for (int j0 = 0; j0 < 8; j0 += Q8_JR) {
-			const void *wj = WB(w, bw, j0);
-			switch (nr - r0 < Q8_NR ? nr - r0 : Q8_NR) {
-			case 1: tile(nb, wj, bw, xr, bx, Q8_JR, 1, sr + j0, bs); break;
-			case 2: tile(nb, wj, bw, xr, bx, Q8_JR, 2, sr + j0, bs); break;
-			case 3: tile(nb, wj, bw, xr, bx, Q8_JR, 3, sr + j0, bs); break;
-			default: tile(nb, wj, bw, xr, bx, Q8_JR, Q8_NR, sr + j0, bs); break;
+		for (int j0 = 0; j0 < 8; j0 += 2) {
+			const block_q8_0 *wj = WB(w, bw, j0);
+			switch (nr - r0) {
+			case 1: tile_tail(nb, wj, bw, xr, 1, sr + j0, bs); break;
+			case 2: tile_tail(nb, wj, bw, xr, 2, sr + j0, bs); break;
+			case 3: tile_tail(nb, wj, bw, xr, 3, sr + j0, bs); break;
+			default: tile_2x4(nb, wj, bw, xr, sr + j0, bs); break;
 			}
 		}
 	}

@@ -818,14 +818,19 @@ START_TEST(test_q8_0_order_is_ggml)
 	struct pg_pool *pool = pg_pool_create(3);
 	ck_assert_ptr_nonnull(pool);
 	const uint32_t t = PG_TYPE_Q8_0;
-	/* 8-row tiles and single rows; every activation tile width 1..4 */
-	const int64_t ns[] = { 24, 13, 64, 16, 40 };
-	const int64_t ms[] = { 1, 3, 9, 2, 6 };
-	const int64_t k = 9 * QK8_0;
-	for (int ni = 0; ni < 5; ni++) {
-		const int64_t n = ns[ni], m = ms[ni];
+	/* 8-row tiles and single rows; every tail of a packed unit (m % 4 and
+	 * m % 8), full tiles, two tiles, one block and many */
+	const int64_t ns[] = { 24, 13, 64, 16, 40, 8, 32, 16, 24 };
+	const int64_t ms[] = { 1, 3, 9, 2, 6, 4, 5, 16, 17 };
+	const int64_t ks[] = { 9, 9, 9, 9, 9, 1, 2, 9, 70 };
+	for (int ni = 0; ni < 9; ni++) {
+		const int64_t n = ns[ni], m = ms[ni], k = ks[ni] * QK8_0;
 		const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
 		void *W = make_weights(t, n, k, NULL);
+		/* -128 is no quantizer's output but a file may hold it: the
+		 * sign trick must give ggml's integer sums for it too */
+		for (int64_t j = 0; j < n; j += 3)
+			((block_q8_0 *)((char *)W + (size_t)j * wr))[(j / 3) % ks[ni]].qs[j % 32] = -128;
 		float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
 		char *Xq = malloc(xr * (size_t)m);
 		fill(X, m * k, 2.0f);
@@ -844,8 +849,8 @@ START_TEST(test_q8_0_order_is_ggml)
 					for (int64_t j = 0; j < n; j++) {
 						const float want = ggml_q8_0_dot((const void *)((const char *)W + (size_t)j * wr),
 										 (const void *)(Xq + (size_t)r * xr), k / QK8_0);
-						ck_assert_msg(Y[r * n + j] == want, "%s n=%ld v=%d row %ld col %ld: %a != %a",
-							      all_isas[a], (long)n, v, (long)r, (long)j, Y[r * n + j], want);
+						ck_assert_msg(Y[r * n + j] == want, "%s n=%ld m=%ld k=%ld v=%d row %ld col %ld: %a != %a",
+							      all_isas[a], (long)n, (long)m, (long)k, v, (long)r, (long)j, Y[r * n + j], want);
 					}
 			}
 		}
