@@ -36,6 +36,10 @@ enum pg_type {
 	 * of 8 interleaved rows (kernels/cpu/repack.h). The type table does not
 	 * know it, so the GGUF reader refuses it and pg_row_size gives 0. */
 	PG_TYPE_Q4_0_X8 = 38,
+	/* Internal: Q8_0 whose quants the loader found all in [-127, 127]
+	 * (-128 is no quantizer's output, but a file may hold it). Same
+	 * layout; kernels may then take |y| and sign(w, y), which -128 breaks. */
+	PG_TYPE_Q8_0_S127 = 39,
 	PG_TYPE_COUNT = 40,
 };
 

@@ -124,9 +124,9 @@ static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, 
 	return n < per_ctx ? per_ctx : n;
 }
 
-/* The weights still read from the file's mapping. The repacked ones were
- * written into their own copy at load, so are resident already, and their
- * file pages are not read again: touching those would only map them back. */
+/* The weights still read from the file's mapping. The ones copied at load
+ * are resident already, and their file pages are not read again: touching
+ * those would only map them back. */
 static size_t file_weights(const struct model *m, const struct model_weight **out)
 {
 	size_t n = 0;
@@ -142,7 +142,7 @@ static size_t file_weights(const struct model *m, const struct model_weight **ou
 		out[n++] = &m->output;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
-		if (out[i]->type != PG_TYPE_Q4_0_X8)
+		if (!model_weight_copied(m, out[i]))
 			out[k++] = out[i];
 	return k;
 }

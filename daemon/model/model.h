@@ -5,8 +5,9 @@
  * biases) are converted to f32 at load. The matrices the forward pass
  * streams move into one anonymous huge-page mapping (model.weights), Q4_0
  * ones with a multiple of 8 rows repacked there (PG_TYPE_Q4_0_X8,
- * kernels/cpu/repack.h) as llama.cpp repacks them; the token embedding
- * stays in the file's mapping.
+ * kernels/cpu/repack.h) as llama.cpp repacks them, Q8_0 ones found free of
+ * -128 quants marked PG_TYPE_Q8_0_S127; the token embedding stays in the
+ * file's mapping.
  */
 #ifndef PAGODA_MODEL_H
 #define PAGODA_MODEL_H
@@ -62,6 +63,8 @@ struct model {
 
 int model_load(const char *path, struct model **out, char *err, size_t errlen);
 void model_free(struct model *m);
+/* Whether w lives in model.weights (copied at load) rather than the file. */
+bool model_weight_copied(const struct model *m, const struct model_weight *w);
 
 /* One ragged batch: token i belongs to seqs[seq[i]] at position pos[i].
  * Every earlier position of that sequence must already be in the KV cache

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,13 +260,34 @@ static size_t placed_bytes(const struct model_weight *w)
 
 /* The copies are built by several threads, each taking a share of every
  * matrix (groups of 8 rows, or rows): most of the cost is the kernel
- * zeroing fresh pages on first touch, which then runs on every core too. */
+ * zeroing fresh pages on first touch, which then runs on every core too.
+ * Q8_0 rows are checked for a -128 quant as they are copied (m128[i]). */
 struct place_work {
 	struct model_weight *const *ws;
 	const size_t *dst_off;
+	_Atomic bool *m128;
 	int n, ith, nth;
 	uint8_t *base;
 };
+
+/* Copies rows [r0, r1) of a plain matrix a slice at a time, a Q8_0 slice
+ * scanned while it is still in cache. */
+static void copy_rows(const struct model_weight *w, uint8_t *dst, int64_t r0, int64_t r1, _Atomic bool *m128)
+{
+	const size_t wrow = pg_row_size(w->type, w->cols), slice = 256u << 10;
+	const uint8_t *src = (const uint8_t *)w->data + (size_t)r0 * wrow;
+	dst += (size_t)r0 * wrow;
+	const size_t rows_per = slice / wrow ? slice / wrow : 1;
+	for (int64_t r = r0; r < r1; r += (int64_t)rows_per) {
+		const size_t nr = (size_t)(r1 - r) < rows_per ? (size_t)(r1 - r) : rows_per;
+		memcpy(dst, src, nr * wrow);
+		if (w->type == PG_TYPE_Q8_0 && !atomic_load_explicit(m128, memory_order_relaxed) &&
+		    pg_q8_0_has_m128(dst, (int64_t)(nr * wrow / sizeof(block_q8_0))))
+			atomic_store_explicit(m128, true, memory_order_relaxed);
+		src += nr * wrow;
+		dst += nr * wrow;
+	}
+}
 
 static void *place_part(void *a)
 {
@@ -276,8 +298,7 @@ static void *place_part(void *a)
 		const size_t wrow = pg_row_size(w->type, w->cols);
 		if (!repackable(w)) {
 			const int64_t r0 = w->rows * pw->ith / pw->nth, r1 = w->rows * (pw->ith + 1) / pw->nth;
-			memcpy(dst + (size_t)r0 * wrow, (const uint8_t *)w->data + (size_t)r0 * wrow,
-			       (size_t)(r1 - r0) * wrow);
+			copy_rows(w, dst, r0, r1, &pw->m128[i]);
 			continue;
 		}
 		const int64_t ng = w->rows / 8, g0 = ng * pw->ith / pw->nth, g1 = ng * (pw->ith + 1) / pw->nth;
@@ -320,9 +341,11 @@ static int place_weights(struct loader *l)
 	const int nw = 7 * m->hp.n_layer + 1;
 	struct model_weight **ws = malloc(nw * sizeof *ws);
 	size_t *off = malloc(nw * sizeof *off);
-	if (!ws || !off) {
+	_Atomic bool *m128 = calloc(nw, sizeof *m128);
+	if (!ws || !off || !m128) {
 		free(ws);
 		free(off);
+		free(m128);
 		return lfail(l, "model: out of memory");
 	}
 	int n = 0;
@@ -367,7 +390,7 @@ static int place_weights(struct loader *l)
 	pthread_t tid[MAX_THREADS];
 	bool started[MAX_THREADS] = { false };
 	for (int t = 0; t < nth; t++) {
-		pw[t] = (struct place_work){ ws, off, n, t, nth, p };
+		pw[t] = (struct place_work){ ws, off, m128, n, t, nth, p };
 		if (t > 0)
 			started[t] = pthread_create(&tid[t], NULL, place_part, &pw[t]) == 0;
 	}
@@ -384,12 +407,21 @@ static int place_weights(struct loader *l)
 		w->data = (uint8_t *)p + off[i];
 		if (repackable(w))
 			w->type = PG_TYPE_Q4_0_X8;
+		else if (w->type == PG_TYPE_Q8_0 && !atomic_load(&m128[i]))
+			w->type = PG_TYPE_Q8_0_S127;
 	}
 	mprotect(p, total, PROT_READ); /* weights are constants from here on */
 out:
 	free(ws);
 	free(off);
+	free(m128);
 	return r;
+}
+
+bool model_weight_copied(const struct model *m, const struct model_weight *w)
+{
+	const uint8_t *b = m->weights, *d = w->data;
+	return b && d >= b && d < b + m->weights_size;
 }
 
 static int load_all(struct loader *l, const char *path)

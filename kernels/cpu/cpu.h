@@ -38,6 +38,7 @@ struct pg_kern {
 	pg_gemv_fn gemv[PG_TYPE_COUNT];
 	pg_gemv8_fn gemv8[PG_TYPE_COUNT]; /* weights with n % 8 == 0; NULL: gemv */
 	pg_q4_0_x8_fn q4_0_x8; /* PG_TYPE_Q4_0_X8 (repack.h) */
+	pg_gemv8_fn q8_0_s127_row; /* PG_TYPE_Q8_0_S127, one activation row; NULL: gemv8[Q8_0] */
 	pg_from_float_fn from_float[PG_TYPE_COUNT]; /* indexed by vec-dot type */
 	const struct pg_act_pack *act_pack[PG_TYPE_COUNT]; /* by weight type; NULL: none */
 	void (*softmax)(float *x, int64_t n);

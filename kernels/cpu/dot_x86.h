@@ -587,10 +587,11 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
  * per-block work (the scale products, and the VNNI correction) done once
  * for the 8 rows. With VNNI the weights are made unsigned (w + 128) and the
  * correction, 128·Σy per lane, is the activation's; without, |w| against
- * sign(y, w) as ggml does: the other way round (|y| against sign(w, y))
- * saves an op per row but gets w = -128 wrong, which a file may hold. Same
- * float ops per output as q8_0_x8_tile. */
-ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *x, float *s)
+ * sign(y, w) as ggml does, or, for weights known to hold no -128
+ * (PG_TYPE_Q8_0_S127, s127), |y| against sign(w, y): the same products for
+ * one op less per row (decode measured 4-5% faster), wrong for w = -128.
+ * Same float ops per output as q8_0_x8_tile. */
+ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *x, float *s, const bool s127)
 {
 	const int64_t nb = k / QK8_0;
 #ifdef PG_X86_VNNI
@@ -607,6 +608,8 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 #ifdef PG_X86_VNNI
 		const __m256i c = _mm256_sub_epi32(_mm256_setzero_si256(),
 						   _mm256_dpbusd_epi32(_mm256_setzero_si256(), u128, y));
+#else
+		const __m256i ay = _mm256_sign_epi8(y, y);
 #endif
 		_mm256_store_ps(sc, _mm256_mul_ps(f16x8_strided(&WROW(block_q8_0, w, bw, 0)[i].d, bw),
 						  _mm256_set1_ps(f16s(xb[i].d))));
@@ -619,7 +622,8 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 #ifdef PG_X86_VNNI
 			const __m256i p = _mm256_dpbusd_epi32(c, _mm256_xor_si256(wq, u128), y);
 #else
-			const __m256i p = dot_us8(_mm256_setzero_si256(), _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(y, wq));
+			const __m256i p = s127 ? dot_us8(_mm256_setzero_si256(), ay, _mm256_sign_epi8(wq, y))
+					       : dot_us8(_mm256_setzero_si256(), _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(y, wq));
 #endif
 			acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + j), _mm256_cvtepi32_ps(p), acc[j]);
 		}
@@ -732,12 +736,23 @@ X86_GEMV8(q4_0, q4_0_x8_tile)
 static void gemv8_q8_0(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, size_t bs)
 {
 	switch (nr) {
-	case 1: q8_0_x8_row(k, w, bw, x, s); break;
+	case 1: q8_0_x8_row(k, w, bw, x, s, false); break;
 	case 2: q8_0_x8_tile(k, w, bw, x, bx, 2, s, bs); break;
 	case 3: q8_0_x8_tile(k, w, bw, x, bx, 3, s, bs); break;
 	default: q8_0_x8_tile(k, w, bw, x, bx, 4, s, bs); break;
 	}
 }
 X86_GEMV8(q4_K, q4_K_x8_tile)
+#ifndef PG_X86_VNNI
+/* pg_kern.q8_0_s127_row (nr == 1) */
+static void gemv8_q8_0_s127_row(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+				size_t bs)
+{
+	(void)bx;
+	(void)nr;
+	(void)bs;
+	q8_0_x8_row(k, w, bw, x, s, true);
+}
+#endif
 
 #endif

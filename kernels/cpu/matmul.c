@@ -39,7 +39,8 @@ uint32_t pg_vec_dot_type(uint32_t wtype)
 	case PG_TYPE_Q4_0:
 	case PG_TYPE_Q4_0_X8:
 	case PG_TYPE_Q5_0:
-	case PG_TYPE_Q8_0: return PG_TYPE_Q8_0;
+	case PG_TYPE_Q8_0:
+	case PG_TYPE_Q8_0_S127: return PG_TYPE_Q8_0;
 	case PG_TYPE_Q4_1:
 	case PG_TYPE_Q5_1: return PG_TYPE_Q8_1;
 	case PG_TYPE_Q4_K:
@@ -68,6 +69,7 @@ void pg_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k)
 }
 
 struct mm_job {
+	uint32_t wtype; /* PG_TYPE_Q8_0_S127 as PG_TYPE_Q8_0 */
 	pg_gemv_fn gemv;
 	pg_gemv8_fn gemv8; /* non-NULL: rows in groups of 8 */
 	pg_from_float_fn from_float;
@@ -191,16 +193,16 @@ static void use_packed(struct mm_job *j, uint32_t wtype)
 }
 
 /* Tile width (packing the activations where the ISA does) and chunk size. */
-static void plan(struct pg_pool *p, struct mm_job *j, uint32_t wtype)
+static void plan(struct pg_pool *p, struct mm_job *j)
 {
 	j->tile = PG_MAX_NR;
-	use_packed(j, wtype);
+	use_packed(j, j->wtype);
 	j->chunk = pick_chunk(j->n, j->wrow, j->m, pg_pool_size(p), j->gemv8 != NULL);
 }
 
-static void run_matmul(struct pg_pool *p, struct mm_job *j, uint32_t wtype)
+static void run_matmul(struct pg_pool *p, struct mm_job *j)
 {
-	plan(p, j, wtype);
+	plan(p, j);
 	atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 	if ((j->n <= j->chunk && j->m <= PG_MAX_NR) || pg_pool_size(p) == 1)
 		mm_job_run(j, 0, 1);
@@ -212,15 +214,21 @@ static bool setup(struct mm_job *j, const void *W, uint32_t wtype, int64_t n, in
 		  float *Y, int64_t ldy)
 {
 	const struct pg_kern *kern = pg_kern_get();
+	const bool s127 = wtype == PG_TYPE_Q8_0_S127;
+	if (s127)
+		wtype = PG_TYPE_Q8_0;
 	uint32_t vt = pg_vec_dot_type(wtype);
 	if (vt == PG_TYPE_COUNT || n <= 0 || m <= 0 || k <= 0)
 		return false;
+	j->wtype = wtype;
 	j->wrow = pg_row_size(wtype, (uint64_t)k);
 	j->xrow = pg_row_size(vt, (uint64_t)k);
 	if (!j->wrow || !j->xrow)
 		return false;
 	j->gemv = kern->gemv[wtype];
 	j->gemv8 = n % 8 == 0 ? kern->gemv8[wtype] : NULL;
+	if (s127 && m == 1 && j->gemv8 && kern->q8_0_s127_row)
+		j->gemv8 = kern->q8_0_s127_row;
 	j->from_float = kern->from_float[vt];
 	j->W = W;
 	j->n = n;
@@ -245,7 +253,7 @@ void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, in
 	if (!setup(&j, W, wtype, n, k, m, Y, ldy))
 		return;
 	j.Xq = (char *)Xq;
-	run_matmul(p, &j, wtype);
+	run_matmul(p, &j);
 }
 
 /* ---- PG_TYPE_Q4_0_X8 ---------------------------------------------------- */
@@ -369,9 +377,9 @@ static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, co
 
 /* j->Xq = X in the weight's vec-dot type (X itself for f32), in the
  * calling thread's buffer. */
-static bool convert_input(struct pg_pool *p, struct mm_job *j, uint32_t wtype, const float *X)
+static bool convert_input(struct pg_pool *p, struct mm_job *j, const float *X)
 {
-	if (pg_vec_dot_type(wtype) == PG_TYPE_F32) {
+	if (pg_vec_dot_type(j->wtype) == PG_TYPE_F32) {
 		j->Xq = (char *)X;
 		return true;
 	}
@@ -394,9 +402,9 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
 		return;
 	}
 	struct mm_job j;
-	if (!setup(&j, W, wtype, n, k, m, Y, ldy) || !convert_input(p, &j, wtype, X))
+	if (!setup(&j, W, wtype, n, k, m, Y, ldy) || !convert_input(p, &j, X))
 		return;
-	run_matmul(p, &j, wtype);
+	run_matmul(p, &j);
 }
 
 /* ---- several weights, one input ------------------------------------------
@@ -465,9 +473,9 @@ static bool many_prepare_mm(struct pg_pool *p, struct many_job *j, const struct 
 		    (j->mm[i].gemv8 == NULL) != (j->mm[0].gemv8 == NULL))
 			return false; /* one packing must serve every matrix */
 	struct mm_job *j0 = &j->mm[0];
-	if (!convert_input(p, j0, wtype, X))
+	if (!convert_input(p, j0, X))
 		return false;
-	plan(p, j0, wtype);
+	plan(p, j0);
 	for (int i = 0; i < count; i++) {
 		struct mm_job *ji = &j->mm[i];
 		if (i > 0) { /* the converted (and packed) input is op 0's */

@@ -7,6 +7,10 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "kernels/cpu/repack.h"
 
 size_t pg_q4_0_x8_size(int64_t n, int64_t k)
@@ -36,6 +40,26 @@ void pg_q4_0_x8_repack(const void *src, void *dst, int64_t n, int64_t k)
 		}
 		memset(sc + 8 * nb, 0, gbytes - (size_t)nb * 144);
 	}
+}
+
+bool pg_q8_0_has_m128(const void *src, int64_t nb)
+{
+	const block_q8_0 *b = src;
+#ifdef __SSE2__ /* one pass at load over every Q8_0 weight: a compare per 16 quants */
+	const __m128i m128 = _mm_set1_epi8((char)0x80);
+	__m128i any = _mm_setzero_si128();
+	for (int64_t i = 0; i < nb; i++) {
+		any = _mm_or_si128(any, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)b[i].qs), m128));
+		any = _mm_or_si128(any, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(b[i].qs + 16)), m128));
+	}
+	return _mm_movemask_epi8(any) != 0;
+#else
+	for (int64_t i = 0; i < nb; i++)
+		for (int e = 0; e < QK8_0; e++)
+			if (b[i].qs[e] == -128)
+				return true;
+	return false;
+#endif
 }
 
 void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb)

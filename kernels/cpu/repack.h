@@ -26,6 +26,7 @@
 #ifndef PAGODA_KERNELS_CPU_REPACK_H
 #define PAGODA_KERNELS_CPU_REPACK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,10 @@ size_t pg_q4_0_x8_size(int64_t n, int64_t k);
 /* Repacks n rows of Q4_0 (k elements each, contiguous) into dst
  * (pg_q4_0_x8_size bytes, 64-byte aligned). */
 void pg_q4_0_x8_repack(const void *src, void *dst, int64_t n, int64_t k);
+/* Whether a quant of the nb Q8_0 blocks at src is -128: the loader marks
+ * the matrices without one PG_TYPE_Q8_0_S127. */
+bool pg_q8_0_has_m128(const void *src, int64_t nb);
+
 /* Q8_0 blocks to pg_q8x blocks, nb of them. */
 void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb);
 

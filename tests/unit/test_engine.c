@@ -4,14 +4,18 @@
  * are preempted; a long shared prefix is served from the cache; KV waste
  * stays low; cancel, stop strings and bad requests behave. */
 #include "daemon/engine/engine.h"
+#include "daemon/model/gguf.h"
 #include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
+#include "kernels/types.h"
 #include "tests/unit/testdata.h"
 
 #include <check.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_OUT 256
 #define MAX_TEXT 4096
@@ -268,10 +272,14 @@ START_TEST(test_weight_placement_changes_nothing)
 	unsetenv("PAGODA_MMAP_WEIGHTS");
 	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
 	ck_assert(in_copy(m, m->layers[0].wq.data) && in_copy(m, m->layers[m->hp.n_layer - 1].w_down.data));
+	/* scanned while copied: no -128 in this file's quants */
+	ck_assert_uint_eq(m->layers[0].wq.type, PG_TYPE_Q8_0_S127);
+	ck_assert_uint_eq(m->layers[m->hp.n_layer - 1].w_down.type, PG_TYPE_Q8_0_S127);
 	model_free(m);
 	setenv("PAGODA_MMAP_WEIGHTS", "1", 1);
 	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
 	ck_assert(!in_copy(m, m->layers[0].wq.data) && !in_copy(m, m->layers[m->hp.n_layer - 1].w_down.data));
+	ck_assert_uint_eq(m->layers[0].wq.type, PG_TYPE_Q8_0); /* not scanned */
 	model_free(m);
 
 	int32_t prompt[80];
@@ -286,6 +294,42 @@ START_TEST(test_weight_placement_changes_nothing)
 	ck_assert_int_eq(mapped.n, copied.n);
 	ck_assert_msg(memcmp(mapped.ids, copied.ids, mapped.n * sizeof(int32_t)) == 0,
 		      "weights in the file's mapping and in the copy give different tokens");
+}
+END_TEST
+
+/* A Q8_0 matrix holding a -128 quant keeps PG_TYPE_Q8_0 (the kernels that
+ * assume [-127, 127] would get it wrong); the others are still marked. */
+START_TEST(test_q8_0_m128_found_at_load)
+{
+	char path[4096], err[512], tmp[] = "/tmp/pagoda-m128-XXXXXX";
+	if (testdata_path(path, sizeof path, "models/synth-kq-Q8_0.gguf") != 0)
+		return;
+	struct gguf_file *g;
+	ck_assert_msg(gguf_open(path, &g, err, sizeof err) == 0, "%s", err);
+	const struct gguf_tensor *t = gguf_find_tensor(g, "blk.1.ffn_up.weight");
+	ck_assert(t && t->type == PG_TYPE_Q8_0 && t->ne[1] > 3);
+	/* the last quant of row 3's second block */
+	const size_t at = (size_t)((const uint8_t *)t->data - g->base) + 3 * pg_row_size(PG_TYPE_Q8_0, t->ne[0]) +
+			  sizeof(block_q8_0) + offsetof(block_q8_0, qs) + QK8_0 - 1;
+	FILE *in = fopen(path, "rb");
+	const int fd = mkstemp(tmp);
+	ck_assert(in && fd >= 0);
+	uint8_t *buf = malloc(g->size);
+	ck_assert_uint_eq(fread(buf, 1, g->size, in), g->size);
+	buf[at] = 0x80;
+	ck_assert_int_eq(write(fd, buf, g->size), (ssize_t)g->size);
+	close(fd);
+	fclose(in);
+	free(buf);
+	gguf_close(g);
+	unsetenv("PAGODA_MMAP_WEIGHTS");
+	struct model *m;
+	ck_assert_msg(model_load(tmp, &m, err, sizeof err) == 0, "%s", err);
+	unlink(tmp);
+	ck_assert_uint_eq(m->layers[1].w_up.type, PG_TYPE_Q8_0);
+	ck_assert_uint_eq(m->layers[1].w_gate.type, PG_TYPE_Q8_0_S127);
+	ck_assert_uint_eq(m->layers[0].w_up.type, PG_TYPE_Q8_0_S127);
+	model_free(m);
 }
 END_TEST
 
@@ -466,6 +510,7 @@ int main(void)
 	tcase_add_test(tc, test_small_chunks);
 	tcase_add_test(tc, test_attention_path_independent_of_chunking);
 	tcase_add_test(tc, test_weight_placement_changes_nothing);
+	tcase_add_test(tc, test_q8_0_m128_found_at_load);
 	tcase_add_test(tc, test_shared_prefix);
 	tcase_add_test(tc, test_kv_waste);
 	tcase_add_test(tc, test_stop_string);

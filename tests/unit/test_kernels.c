@@ -864,6 +864,66 @@ START_TEST(test_q8_0_order_is_ggml)
 }
 END_TEST
 
+/* Q8_0 the loader found free of -128 (PG_TYPE_Q8_0_S127) may take faster
+ * kernels: the same bits as PG_TYPE_Q8_0 on every ISA, one row (decode),
+ * batches and the several-matrix job alike. */
+START_TEST(test_q8_0_s127_same_bits)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(2);
+	ck_assert_ptr_nonnull(pool);
+	const int64_t n = 40, k = 11 * QK8_0, mmax = 17;
+	const size_t wr = pg_row_size(PG_TYPE_Q8_0, (uint64_t)k);
+	void *W = make_weights(PG_TYPE_Q8_0, n, k, NULL);
+	ck_assert(!pg_q8_0_has_m128(W, n * (k / QK8_0))); /* the quantizer never writes it */
+	float *X = malloc(sizeof(float) * (size_t)(mmax * k));
+	float *Ya = malloc(sizeof(float) * (size_t)(mmax * n)), *Yb = malloc(sizeof(float) * (size_t)(mmax * n));
+	float *Yc = malloc(sizeof(float) * (size_t)(mmax * 8));
+	fill(X, mmax * k, 2.0f);
+	for (size_t a = 0; a < 3; a++) {
+		if (!pg_cpu_set_isa(all_isas[a]))
+			continue;
+		for (int64_t m = 1; m <= mmax; m += m < 5 ? 1 : 6) {
+			pg_matmul(pool, W, PG_TYPE_Q8_0, n, k, X, m, Ya, n);
+			memset(Yb, 0xff, sizeof(float) * (size_t)(m * n));
+			pg_matmul(pool, W, PG_TYPE_Q8_0_S127, n, k, X, m, Yb, n);
+			ck_assert_msg(memcmp(Ya, Yb, sizeof(float) * (size_t)(m * n)) == 0, "%s m=%ld", all_isas[a],
+				      (long)m);
+			/* rows 0-31 and 32-39 as two matrices of one job */
+			struct pg_mm_out o[2] = { { W, PG_TYPE_Q8_0_S127, 32, Yb, n },
+						  { (const char *)W + 32 * wr, PG_TYPE_Q8_0_S127, 8, Yc, 8 } };
+			memset(Yb, 0xff, sizeof(float) * (size_t)(m * n));
+			pg_matmul_many(pool, o, 2, k, X, m);
+			for (int64_t r = 0; r < m; r++) {
+				ck_assert(memcmp(Ya + r * n, Yb + r * n, 32 * sizeof(float)) == 0);
+				ck_assert(memcmp(Ya + r * n + 32, Yc + r * 8, 8 * sizeof(float)) == 0);
+			}
+		}
+	}
+	/* the scan finds a single -128 wherever it is, and only a quant */
+	block_q8_0 *b = W;
+	const int64_t nb = n * (k / QK8_0);
+	b[0].d = 0x8080;
+	ck_assert(!pg_q8_0_has_m128(W, nb));
+	const int64_t at[] = { 0, 7, nb - 1 };
+	const int ea[] = { 0, 17, 31 };
+	for (int i = 0; i < 3; i++) {
+		const int8_t keep = b[at[i]].qs[ea[i]];
+		b[at[i]].qs[ea[i]] = -128;
+		ck_assert(pg_q8_0_has_m128(W, nb));
+		ck_assert(!pg_q8_0_has_m128(W, at[i])); /* the blocks before it */
+		b[at[i]].qs[ea[i]] = keep;
+	}
+	free(W);
+	free(X);
+	free(Ya);
+	free(Yb);
+	free(Yc);
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
 /* The f16 accumulator updates of attention: same bits on every ISA as the
  * element-by-element definition, tails included. */
 START_TEST(test_f16_acc_rows)
@@ -1007,6 +1067,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_q4_order_is_ggml);
 	tcase_add_test(tc, test_q4_0_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
+	tcase_add_test(tc, test_q8_0_s127_same_bits);
 	tcase_add_test(tc, test_matmul_many_equals_each);
 	tcase_add_test(tc, test_f16_acc_rows);
 	suite_add_tcase(s, tc);
