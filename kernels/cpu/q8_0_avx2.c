@@ -181,12 +181,15 @@ AI void tile_tail(int64_t nb, const block_q8_0 *w, size_t bw, const char *x, con
 	const __m256i ones = _mm256_set1_epi16(1);
 	const float *D = (const float *)(x + 4 * (size_t)nb * 32);
 	const block_q8_0 *w1 = WB(w, bw, 1);
-	float pr[8] __attribute__((aligned(32)));
+	float prod[16] __attribute__((aligned(32)));
 	__m256 acc[2][3];
 	for (int r = 0; r < NR; r++)
 		acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+	products(w, w1, D, 0, prod);
 	for (int64_t i = 0; i < nb; i++) {
-		products(w, w1, D, i, pr);
+		const float *pr = prod + 8 * (i & 1);
+		if (i + 1 < nb) /* a block ahead, as in tile_2x4 */
+			products(w, w1, D, i + 1, prod + 8 * ((i + 1) & 1));
 		const __m256i q0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
 		const __m256i q1 = _mm256_loadu_si256((const __m256i *)w1[i].qs);
 		const __m256i a0 = _mm256_sign_epi8(q0, q0), a1 = _mm256_sign_epi8(q1, q1);
