@@ -248,6 +248,10 @@ for M in "$M8" "$M4"; do
 		ld=$(loadavg | cut -d' ' -f1)
 		set -- $(pagoda_run "$M" "$PF")
 		p_np=${1:-NA} p_pp=${2:-NA} p_ng=${3:-NA} p_tg=${4:-NA} p_ttft=${5:-NA}
+		# The VM's bandwidth drifts by a third within an hour, so each
+		# decode is also set against a probe taken right before it.
+		p_bw=NA
+		[ "$BW" != NA ] && p_bw=$(jget best_gbs "$("$W/membw" "$T" "$([ "$QUICK" = 1 ] && echo 256 || echo 1024)" 3)")
 		p_tg0=$(pagoda_run_short "$M")
 		p_tg0=${p_tg0:-NA}
 		g_tg=NA g_ttft=NA
@@ -264,10 +268,10 @@ for M in "$M8" "$M4"; do
 			set -- $(llama_node "$M")
 			n_pp=${1:-NA} n_tg=${2:-NA}
 		fi
-		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\"},\"pagoda_generate\":{\"tg\":\"$g_tg\",\"ttft_ms\":\"$g_ttft\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
+		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\",\"membw_before_tg0\":\"$p_bw\"},\"pagoda_generate\":{\"tg\":\"$g_tg\",\"ttft_ms\":\"$g_ttft\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
 		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg0") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$g_tg"), $(fmt "$g_ttft") ms | $(fmt "$l_pp") / $(fmt "$l_tg") / $(fmt "$l_tgd") | $(fmt "$n_pp") / $(fmt "$n_tg")"
 		best_pp=$(maxof "$l_pp" "$n_pp") best_tg=$(maxof "$l_tg" "$n_tg")
-		echo "$p_pp $p_tg0 $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg0" "$best_tg") $(ratio "$g_tg" "$p_tg") $(ratio "$g_ttft" "$p_ttft") $l_pp $l_tg $n_pp $n_tg $p_tg $l_tgd $(ratio "$p_tg" "$l_tgd")" >>"$W/rounds-$mname.txt"
+		echo "$p_pp $p_tg0 $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg0" "$best_tg") $(ratio "$g_tg" "$p_tg") $(ratio "$g_ttft" "$p_ttft") $l_pp $l_tg $n_pp $n_tg $p_tg $l_tgd $(ratio "$p_tg" "$l_tgd") ${p_bw:-NA}" >>"$W/rounds-$mname.txt"
 		r=$((r + 1))
 	done
 	col() { awk -v c="$1" '$c != "NA" { print $c }' "$W/rounds-$mname.txt" | median; }
@@ -276,6 +280,7 @@ for M in "$M8" "$M4"; do
 	say "median pagoda: prefill $(fmt "$mp") tok/s, decode $(fmt "$mt") tok/s (after the prompt: $(fmt "$mtd")); llama.cpp (the stronger per round): prefill $(fmt "$lp"), decode $(fmt "$lt") (after the prompt, llama-bench -d $PP: $(fmt "$ltd"))"
 	say "median per-round ratios pagoda / llama.cpp: prefill ${rp}x (target >= 1.5), decode ${rt}x, decode after $PP tokens ${rtd}x (target >= 1.1)"
 	say "  llama.cpp medians: llama-bench native pp $(fmt "$(col 9)") tg $(fmt "$(col 10)"); node-llama-cpp prebuilt pp $(fmt "$(col 11)") tg $(fmt "$(col 12)")"
+	pfrac=NA
 	if [ "$BW" != NA ]; then
 		# Bytes one decode step reads: every weight but the token embedding table (one row of it).
 		WB=$("$B/pagoda" info -m "$M" --tensors 2>/dev/null | awk '/token_embd/ { next } { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/ && $(i+1) == "bytes") s += $i } END { print s + 0 }')
@@ -284,11 +289,13 @@ for M in "$M8" "$M4"; do
 		frac=$(awk -v t="$mt" -v l="$lim" 'BEGIN { if (t == "NA") print "NA"; else printf "%.1f", 100 * t / l }')
 		lfrac=$(awk -v t="$lt" -v l="$lim" 'BEGIN { if (t == "NA") print "NA"; else printf "%.1f", 100 * t / l }')
 		say "bandwidth limit: $(fmt "$BW") GB/s / $(awk -v w="$WB" 'BEGIN { printf "%.3f", w / 1e9 }') GB per token = $lim tok/s; pagoda decode reaches ${frac}% (target >= 90% for Q8_0), llama.cpp ${lfrac}%"
+		pfrac=$(awk -v wb="$WB" '$2 != "NA" && $16 != "NA" && $16 > 0 { printf "%.1f\n", 100 * $2 * wb / ($16 * 1e9) }' "$W/rounds-$mname.txt" | median)
+		say "  paired: each round's decode against the best of 3 probe passes just before it, median ${pfrac}% (probes $(awk '$16 != "NA" { printf "%s ", $16 }' "$W/rounds-$mname.txt")GB/s)"
 	fi
 	if [ "$M" = "$M8" ]; then
 		say "pagoda generate (daemon) / pagoda run, median of rounds: decode ${rg}x, TTFT ${rttft}x (target: within 3%)"
 	fi
-	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt gen_over_run=$rg" >>"$SUMMARY"
+	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt gen_over_run=$rg bw_frac_paired=${pfrac:-NA}" >>"$SUMMARY"
 done
 
 # ---- concurrency sweep ------------------------------------------------------------
