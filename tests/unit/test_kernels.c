@@ -111,6 +111,9 @@ struct shape {
 static const struct shape shapes[] = {
 	{ 1, 1, 256 }, { 1, 37, 512 }, { 2, 16, 256 }, { 3, 17, 768 }, { 4, 8, 256 },
 	{ 5, 33, 512 }, { 7, 64, 1024 }, { 13, 40, 256 }, { 33, 19, 512 },
+	/* enough rows for the threaded split's big chunks and the small
+	 * ones of its last quarter, with and without whole groups of 8 */
+	{ 1, 1000, 256 }, { 3, 1032, 256 },
 };
 
 static void check_matmul_type(uint32_t t, struct pg_pool *pool)
@@ -727,7 +730,7 @@ START_TEST(test_q4_0_repacked_equals_unpacked)
 	struct pg_pool *pool = pg_pool_create(3);
 	ck_assert_ptr_nonnull(pool);
 	const int64_t ks[] = { 32, 64, 96, 224, 1056, 2048 };
-	const int64_t ns[] = { 8, 16, 24, 64, 136 };
+	const int64_t ns[] = { 8, 16, 24, 64, 136, 1032 }; /* 1032: the split's small tail chunks */
 	for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
 		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
 			const int64_t k = ks[ki], n = ns[ni], mmax = 17;
