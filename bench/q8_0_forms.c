@@ -10,12 +10,17 @@
  *          integers as ggml's lanes (same float order, same bits);
  *          either the weights are in that order in memory (a load-time
  *          permutation: two vpmovsxbw per row per block) or each block is
- *          shuffled in the kernel (pshufb, vpermq, two vpmovsxbw).
+ *          shuffled in the kernel (pshufb, vpermq, two vpmovsxbw);
+ *   even/odd: the weights as they are, split per row and block by shifts
+ *          into int16 lanes of their even and odd bytes (vpsllw + vpsraw,
+ *          vpsraw), the activations packed the same way: madd(even) +
+ *          madd(odd) is again ggml's lane g, with no new weight layout.
  *
  * On Zen 3 fma and sign share pipes 0/1 and the two integer multiplies
  * pipes 0/3; the int16 form trades the sign for an add that any pipe
  * takes. Cycles are wall time times the clock given (GHz, default the
- * 3.09 of BENCHMARKS.md run 5); best of 5, three times.
+ * 3.09 of BENCHMARKS.md run 5); best of 5, three times; in brackets the
+ * ratio to ggml's form.
  *
  *   cc -O2 -o build/q8_0_forms bench/q8_0_forms.c && build/q8_0_forms [GHZ]
  */
@@ -76,6 +81,12 @@ static const short ones[16] __attribute__((aligned(32))) = { 1, 1, 1, 1, 1, 1, 1
 #define W_PERM(WOFF, LO, HI)                                   \
 	"vpmovsxbw " #WOFF "(%0), %%" LO "\n\t"                \
 	"vpmovsxbw " #WOFF "+16(%0), %%" HI "\n\t"
+#define W_EVOD(WOFF, EV, OD)                                   \
+	"vmovdqu " #WOFF "(%0), %%" OD "\n\t"                  \
+	"vpsllw $8, %%" OD ", %%" EV "\n\t"                    \
+	"vpsraw $8, %%" EV ", %%" EV "\n\t"                    \
+	"vpsraw $8, %%" OD ", %%" OD "\n\t"
+#define W_BLOCK_EVOD W_EVOD(0, "ymm8", "ymm9") W_EVOD(64, "ymm10", "ymm11") W_PAIRS
 #define W_BLOCK_SHUF W_SHUF(0, "ymm8", "ymm9") W_SHUF(64, "ymm10", "ymm11") W_PAIRS
 #define W_BLOCK_PERM W_PERM(0, "ymm8", "ymm9") W_PERM(64, "ymm10", "ymm11") W_PAIRS
 
@@ -96,16 +107,19 @@ int main(int argc, char **argv)
 {
 	const double ghz = argc > 1 ? atof(argv[1]) : 3.09;
 	const long n = 5000000; /* x 4 blocks x 8 pairs */
+	/* ymm12 holds the ones of ggml's form; the int16 forms use it as a temporary */
 	for (int rep = 0; rep < 3; rep++) {
-		double g = 1e30, s = 1e30, p = 1e30;
+		double g = 1e30, s = 1e30, p = 1e30, e = 1e30;
 		for (int r = 0; r < 5; r++) {
 			TIME(g, "vmovdqa (%1), %%ymm12\n\t" G_BLOCK G_BLOCK G_BLOCK G_BLOCK);
 			TIME(s, W_BLOCK_SHUF W_BLOCK_SHUF W_BLOCK_SHUF W_BLOCK_SHUF);
 			TIME(p, W_BLOCK_PERM W_BLOCK_PERM W_BLOCK_PERM W_BLOCK_PERM);
+			TIME(e, W_BLOCK_EVOD W_BLOCK_EVOD W_BLOCK_EVOD W_BLOCK_EVOD);
 		}
 		const double k = ghz * 1e9 / (n * 32.0);
-		printf("cycles per block pair: ggml %.2f, int16 shuffled in the kernel %.2f, int16 permuted at load %.2f\n",
-		       g * k, s * k, p * k);
+		printf("cycles per block pair: ggml %.2f, int16 shuffled in the kernel %.2f, int16 permuted at load %.2f "
+		       "(%.3f), even/odd %.2f (%.3f)\n",
+		       g * k, s * k, p * k, p / g, e * k, e / g);
 	}
 	return 0;
 }
