@@ -107,9 +107,9 @@ struct chunking {
 
 static struct chunking chunking(int64_t n, int64_t ch, int64_t m, int64_t al)
 {
-	struct chunking k = { n, ch, ch, n / ch };
+	struct chunking k = { n, ch, ch, 0 };
 	if (m > PG_MAX_NR)
-		return (struct chunking){ n, ch, ch, 0 };
+		return k;
 	k.small = (ch / 4 + al - 1) / al * al;
 	if (k.small < al)
 		k.small = al;
@@ -334,16 +334,21 @@ static void x8_quant_job(void *a, int ith, int nth)
 	}
 }
 
+static struct chunking x8_chunking(const struct x8_job *j)
+{
+	return chunking(j->n / 8, j->chunk, j->m, 1);
+}
+
 static int64_t x8_nchunks(const struct x8_job *j)
 {
-	return chunk_count(chunking(j->n / 8, j->chunk, j->m, 1));
+	return chunk_count(x8_chunking(j));
 }
 
 static void x8_chunk(const struct x8_job *j, int64_t c)
 {
 	const size_t xxrow = (size_t)j->nb * sizeof(pg_q8x);
 	int64_t g0, g1;
-	chunk_span(chunking(j->n / 8, j->chunk, j->m, 1), c, &g0, &g1);
+	chunk_span(x8_chunking(j), c, &g0, &g1);
 	for (int64_t i0 = 0; i0 < j->m; i0 += PG_X8_MAX_NR) {
 		const int nr = (int)(j->m - i0 < PG_X8_MAX_NR ? j->m - i0 : PG_X8_MAX_NR);
 		for (int64_t g = g0; g < g1; g++)
