@@ -177,8 +177,9 @@ start_daemon() { # NAME MODEL FLAGS...: sets SOCK
 cc -O2 -march=native -pthread -o "$W/membw" bench/membw.c 2>>"$W/membw-build.log" ||
 	cc -O2 -pthread -o "$W/membw" bench/membw.c
 BW=NA
+PROBE_MIB=$([ "$QUICK" = 1 ] && echo 256 || echo 1024)
 if [ -x "$W/membw" ]; then
-	MB=$("$W/membw" "$T" "$([ "$QUICK" = 1 ] && echo 256 || echo 1024)" 10)
+	MB=$("$W/membw" "$T" "$PROBE_MIB" 10)
 	record "{\"what\":\"membw\",\"load\":\"$(loadavg)\",\"r\":$MB}"
 	BW=$(jget best_gbs "$MB")
 	say "memory bandwidth, $T threads reading: best $(fmt "$BW") GB/s, median $(fmt "$(jget median_gbs "$MB")") GB/s (load $(loadavg))"
@@ -251,7 +252,7 @@ for M in "$M8" "$M4"; do
 		# The VM's bandwidth drifts by a third within an hour, so each
 		# decode is also set against a probe taken right before it.
 		p_bw=NA
-		[ "$BW" != NA ] && p_bw=$(jget best_gbs "$("$W/membw" "$T" "$([ "$QUICK" = 1 ] && echo 256 || echo 1024)" 3)")
+		[ "$BW" != NA ] && p_bw=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 3)")
 		p_tg0=$(pagoda_run_short "$M")
 		p_tg0=${p_tg0:-NA}
 		g_tg=NA g_ttft=NA
