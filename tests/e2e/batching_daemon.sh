@@ -33,8 +33,7 @@ start_daemon() {
 }
 
 stop_daemon() {
-	kill -TERM $dpid
-	wait $dpid 2>/dev/null
+	stop_bg $dpid TERM 60 2>/dev/null
 	rm -f "$dir/sock"
 }
 
@@ -72,13 +71,11 @@ if [ "$(id -u)" = 0 ] && command -v bpftrace >/dev/null; then
 	bpftrace -e "usdt:$(cd "$B" && pwd)/pagodad:pagoda:request__preempt { @p = count(); }" \
 		-p $dpid > "$dir/bt" 2>&1 &
 	bt=$!
-	k=0
-	until grep -q Attaching "$dir/bt" || [ $k -ge 300 ]; do sleep 0.1; k=$((k + 1)); done
+	wait_match "$dir/bt" Attaching 120 || bad "bpftrace did not attach in 120 s"
 fi
 run_all "small pool"
 if [ -n "$bt" ]; then
-	kill -INT $bt
-	wait $bt 2>/dev/null
+	stop_bg $bt INT 30 2>>"$dir/bt"
 	p=$(sed -n 's/^@p: //p' "$dir/bt")
 	if [ "${p:-0}" -gt 0 ]; then ok; else bad "no preemption counted with a 10-block pool"; cat "$dir/bt" >&2; fi
 	bt=

@@ -72,8 +72,7 @@ if command -v busctl >/dev/null; then
 	busctl --user get-property org.pagoda.Daemon1 /org/pagoda/Daemon1 org.pagoda.Daemon1 GeneratedTokens \
 		>"$D/busctl" 2>&1 && grep -qx "t 24" "$D/busctl" && ok || bad "busctl: $(cat "$D/busctl")"
 fi
-kill -TERM "$DP"
-wait "$DP"; rc=$?
+stop_bg "$DP" TERM 60; rc=$?
 DP=
 [ $rc -eq 0 ] && ok || bad "pagodad exit status $rc"
 [ $fails -eq 0 ] || cat "$D/log" >&2

@@ -2,13 +2,9 @@
 # pagodad + `pagoda generate`: for every golden prompt (and a few more), the
 # daemon's stream equals in-process `pagoda run` byte for byte (text and
 # --ids), greedy; `pagoda ping` round-trips. Exit 77 (skip) without the model.
-B=${PAGODA_BUILD:-build}
-T=${PAGODA_TESTDATA:-}
+. "$(dirname "$0")/lib.sh"
+need_testdata models/stories260K.gguf
 M=$T/models/stories260K.gguf
-if [ -z "$T" ] || [ ! -r "$M" ]; then
-	if [ "${PAGODA_REQUIRE_TESTDATA:-}" = 1 ]; then echo "test data missing: $M" >&2; exit 1; fi
-	echo "SKIP: $M not found (set PAGODA_TESTDATA)" >&2; exit 77
-fi
 for b in pagodad pagoda; do [ -x "$B/$b" ] || { echo "SKIP: $B/$b not built" >&2; exit 77; }; done
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-gen-XXXXXX")
 S=$D/s.sock
@@ -48,8 +44,7 @@ if "$B/pagoda" generate --socket "$S" -p "Hi" -n 100000 --temp 0 >/dev/null 2>"$
 	echo "no error for a request beyond the context" >&2; fail=1
 fi
 grep -q "context" "$D/err" || { echo "unclear error: $(cat "$D/err")" >&2; fail=1; }
-kill -TERM $DP
-wait $DP; rc=$?
+stop_bg $DP TERM 60; rc=$?
 [ $rc -eq 0 ] || { echo "pagodad exit status $rc after SIGTERM" >&2; fail=1; }
 [ $fail -eq 0 ] || cat "$D/log" >&2
 exit $fail

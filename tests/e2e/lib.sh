@@ -27,3 +27,35 @@ finish() {
 	[ "$fails" -eq 0 ]
 	exit $?
 }
+
+# alive PID: the process runs (a zombie, exited but not yet reaped, does not).
+alive() {
+	[ -r "/proc/$1/stat" ] || return 1
+	[ "$(sed 's/.*) //' "/proc/$1/stat" | cut -c1)" != Z ]
+}
+
+# wait_match FILE REGEX SECS: 0 once a line of FILE matches, 1 after SECS.
+wait_match() {
+	_n=0
+	until grep -q "$2" "$1" 2>/dev/null; do
+		[ $_n -ge $(($3 * 10)) ] && return 1
+		sleep 0.1
+		_n=$((_n + 1))
+	done
+}
+
+# stop_bg PID SIG SECS: send SIG to a background job and reap it, returning
+# its exit status. A job still running SECS later gets SIGKILL: a signal
+# can be lost (a shell starts background jobs with SIGINT ignored, and a
+# job that has not yet set its handler drops it), and a test must fail,
+# never hang on a wait.
+stop_bg() {
+	kill -"$2" "$1" 2>/dev/null
+	_n=0
+	while alive "$1" && [ $_n -lt $(($3 * 10)) ]; do sleep 0.1; _n=$((_n + 1)); done
+	if alive "$1"; then
+		echo "pid $1 still running $3 s after SIG$2: killed" >&2
+		kill -KILL "$1" 2>/dev/null
+	fi
+	wait "$1"
+}

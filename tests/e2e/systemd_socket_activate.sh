@@ -33,8 +33,7 @@ cmp -s "$D/want" "$D/got" && ok || bad "activated output differs from pagoda run
 grep -q "using the socket passed by systemd" "$D/log" && ok || bad "the daemon did not take the passed socket"
 grep -q "listening on $S (socket from systemd)" "$D/log" && ok || bad "log does not name the passed socket"
 # systemd-socket-activate execs pagodad: SIGTERM drains it, exit 0, the socket file stays
-kill -TERM "$SP"
-wait "$SP"; rc=$?
+stop_bg "$SP" TERM 60; rc=$?
 SP=
 [ $rc -eq 0 ] && ok || bad "exit status $rc after SIGTERM"
 [ -S "$S" ] && ok || bad "pagodad removed the socket systemd owns"

@@ -10,13 +10,18 @@ need_testdata models/stories260K.gguf
 out=$(mktemp)
 bpftrace bpf/requests.bt "$(cd "$B" && pwd)/pagoda" > "$out" 2>&1 &
 bt=$!
-i=0
-until grep -q "^uid" "$out" || [ $i -ge 300 ]; do sleep 0.1; i=$((i + 1)); done
-"$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Once upon a time" -n 7 --temp 0 >/dev/null 2>&1
-"$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Lily and Ben" -n 9 --temp 0 >/dev/null 2>&1
+# BEGIN prints the header once every probe is attached.
+if ! wait_match "$out" "^uid" 120; then
+	bad "bpftrace printed no header in 120 s"
+	stop_bg $bt KILL 10
+	cat "$out" >&2
+	rm -f "$out"
+	finish
+fi
+timeout 120 "$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Once upon a time" -n 7 --temp 0 >/dev/null 2>&1
+timeout 120 "$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Lily and Ben" -n 9 --temp 0 >/dev/null 2>&1
 sleep 1
-kill -INT $bt
-wait $bt 2>/dev/null
+stop_bg $bt INT 30 2>>"$out"
 if grep -Eq "^1 +1 +[0-9]+ +[0-9]+ +7 +[0-9]+ length" "$out"; then ok; else bad "no line for the 7-token request"; fi
 if grep -Eq "^1 +1 +[0-9]+ +[0-9]+ +9 +[0-9]+ length" "$out"; then ok; else bad "no line for the 9-token request"; fi
 [ "$fails" -eq 0 ] || cat "$out" >&2
