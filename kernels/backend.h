@@ -72,8 +72,9 @@ bool pg_type_supported(uint32_t type);
 /* k a multiple of the type's block. */
 void pg_dequant_row(uint32_t type, const void *src, float *dst, int64_t k);
 /* ggml's reference quantizers (*_ref): F32, F16, BF16, Q4_0, Q4_1, Q5_0,
- * Q5_1, Q8_0, Q8_1, Q8_K, Q4_K, Q5_K, Q6_K. Returns bytes written,
- * 0 if the type is not supported or k is not a whole number of blocks. */
+ * Q5_1, Q8_0, Q8_1, Q8_K, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Returns bytes
+ * written, 0 if the type is not supported or k is not a whole number of
+ * blocks. */
 size_t pg_quantize_row(uint32_t type, const float *src, void *dst, int64_t k);
 
 /* ---- ISA ------------------------------------------------------------------ */

@@ -80,6 +80,52 @@ static void dq_q8_K(const block_q8_K *x, float *y, int64_t nb)
 			y[j] = x[i].d * x[i].qs[j];
 }
 
+/* Q2_K: sixteen groups of 16, each with a 4-bit scale (low nibble) and a
+ * 4-bit min (high nibble) in units of the block's d and dmin. Within each
+ * 128 elements, qs[l] carries elements l, l+32, l+64 and l+96 from its low
+ * bit pair up, so scales run in element order as the shift steps through
+ * bytes 0-15, then 16-31. */
+static void dq_q2_K(const block_q2_K *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++) {
+		const float d = pg_f16_to_f32(x[i].d), dmin = pg_f16_to_f32(x[i].dmin);
+		const uint8_t *q = x[i].qs, *sc = x[i].scales;
+		for (int n = 0; n < QK_K; n += 128, q += 32) {
+			for (int shift = 0; shift < 8; shift += 2) {
+				for (int h = 0; h < 32; h += 16, sc++) {
+					const float dl = d * (*sc & 0xF), ml = dmin * (*sc >> 4);
+					for (int l = 0; l < 16; l++)
+						*y++ = dl * ((q[h + l] >> shift) & 3) - ml;
+				}
+			}
+		}
+	}
+}
+
+/* Q3_K: the Q2_K bit-pair layout for the low two bits, plus a third bit in
+ * hmask: bit b of hmask[l] for element 32b + l. A clear bit subtracts 4,
+ * so the quants are -4..3 against a signed scale and no min. */
+static void dq_q3_K(const block_q3_K *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++) {
+		const float d = pg_f16_to_f32(x[i].d);
+		const uint8_t *q = x[i].qs, *hm = x[i].hmask;
+		int8_t sc[QK_K / 16];
+		pg_q3_K_scales(x[i].scales, sc);
+		int is = 0;
+		uint8_t m = 1;
+		for (int n = 0; n < QK_K; n += 128, q += 32) {
+			for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+				for (int h = 0; h < 32; h += 16, is++) {
+					const float dl = d * sc[is];
+					for (int l = 0; l < 16; l++)
+						*y++ = dl * (((q[h + l] >> shift) & 3) - (hm[h + l] & m ? 0 : 4));
+				}
+			}
+		}
+	}
+}
+
 static void dq_q4_K(const block_q4_K *x, float *y, int64_t nb)
 {
 	for (int64_t i = 0; i < nb; i++) {
@@ -161,6 +207,8 @@ void pg_dequant_row(uint32_t type, const void *src, float *dst, int64_t k)
 	case PG_TYPE_Q8_0: dq_q8_0(src, dst, nb); break;
 	case PG_TYPE_Q8_1: dq_q8_1(src, dst, nb); break;
 	case PG_TYPE_Q8_K: dq_q8_K(src, dst, nb); break;
+	case PG_TYPE_Q2_K: dq_q2_K(src, dst, nb); break;
+	case PG_TYPE_Q3_K: dq_q3_K(src, dst, nb); break;
 	case PG_TYPE_Q4_K: dq_q4_K(src, dst, nb); break;
 	case PG_TYPE_Q5_K: dq_q5_K(src, dst, nb); break;
 	case PG_TYPE_Q6_K: dq_q6_K(src, dst, nb); break;

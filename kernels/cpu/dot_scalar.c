@@ -7,6 +7,7 @@
  * roundf): llama.cpp on x86 runs the SIMD ones, and rounding of
  * activations is a precision-loss point we must share.
  */
+#pragma GCC optimize("fp-contract=off") /* the FMAs are the fmaf calls written */
 #include <math.h>
 #include <string.h>
 
@@ -125,73 +126,85 @@ static float dot_q4_0(int64_t k, const void *vw, const void *vx)
 	return hsum8(acc);
 }
 
-static float dot_q4_1(int64_t k, const void *vw, const void *vx)
+/* Q4_1/Q5_1: ggml_vec_dot_q4_1_q8_1 / q5_1 (AVX2): the scaled lane sums
+ * of unsigned levels in 8 lanes, and m·s added block by block to a float
+ * of its own (not fused), both joined at the end. */
+static int q5_high(const uint8_t *qh4, int e)
 {
-	const block_q4_1 *w = vw;
-	const block_q8_1 *x = vx;
-	float s = 0;
-	for (int64_t i = 0; i < k / QK4_1; i++) {
-		int sumi = 0;
-		for (int j = 0; j < QK4_1 / 2; j++)
-			sumi += (w[i].qs[j] & 0xF) * x[i].qs[j] + (w[i].qs[j] >> 4) * x[i].qs[j + 16];
-		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi +
-		     pg_f16_to_f32(w[i].m) * pg_f16_to_f32(x[i].s);
-	}
-	return s;
+	uint32_t qh;
+	memcpy(&qh, qh4, 4);
+	return ((qh >> e) & 1) << 4;
 }
 
+static int q4_level(const uint8_t *qs, int e)
+{
+	return e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4;
+}
+
+static float dot_qx_1(int64_t k, const void *vw, const void *vx, bool five)
+{
+	const block_q8_1 *x = vx;
+	float acc[8] = { 0 }, macc = 0;
+	for (int64_t i = 0; i < k / 32; i++) {
+		const block_q4_1 *w4 = (const block_q4_1 *)vw + i;
+		const block_q5_1 *w5 = (const block_q5_1 *)vw + i;
+		const float d = pg_f16_to_f32(five ? w5->d : w4->d) * pg_f16_to_f32(x[i].d);
+		for (int l = 0; l < 8; l++) {
+			int sumi = 0;
+			for (int e = 4 * l; e < 4 * l + 4; e++) {
+				const int q = five ? q4_level(w5->qs, e) | q5_high(w5->qh, e) : q4_level(w4->qs, e);
+				sumi += q * x[i].qs[e];
+			}
+			acc[l] = fmaf(d, (float)sumi, acc[l]);
+		}
+		macc += pg_f16_to_f32(five ? w5->m : w4->m) * pg_f16_to_f32(x[i].s);
+	}
+	return hsum8(acc) + macc;
+}
+
+static float dot_q4_1(int64_t k, const void *vw, const void *vx)
+{
+	return dot_qx_1(k, vw, vx, false);
+}
+
+/* Q5_0 and Q8_0: as Q4_0, ggml_vec_dot_q5_0_q8_0 / q8_0_q8_0 (AVX2). */
 static float dot_q5_0(int64_t k, const void *vw, const void *vx)
 {
 	const block_q5_0 *w = vw;
 	const block_q8_0 *x = vx;
-	float s = 0;
+	float acc[8] = { 0 };
 	for (int64_t i = 0; i < k / QK5_0; i++) {
-		uint32_t qh;
-		memcpy(&qh, w[i].qh, 4);
-		int sumi = 0;
-		for (int j = 0; j < QK5_0 / 2; j++) {
-			const int h0 = ((qh >> j) << 4) & 0x10;
-			const int h1 = (qh >> (j + 12)) & 0x10;
-			sumi += (((w[i].qs[j] & 0xF) | h0) - 16) * x[i].qs[j] +
-				(((w[i].qs[j] >> 4) | h1) - 16) * x[i].qs[j + 16];
+		const float d = pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d);
+		for (int l = 0; l < 8; l++) {
+			int sumi = 0;
+			for (int e = 4 * l; e < 4 * l + 4; e++)
+				sumi += ((q4_level(w[i].qs, e) | q5_high(w[i].qh, e)) - 16) * x[i].qs[e];
+			acc[l] = fmaf(d, (float)sumi, acc[l]);
 		}
-		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi;
 	}
-	return s;
+	return hsum8(acc);
 }
 
 static float dot_q5_1(int64_t k, const void *vw, const void *vx)
 {
-	const block_q5_1 *w = vw;
-	const block_q8_1 *x = vx;
-	float s = 0;
-	for (int64_t i = 0; i < k / QK5_1; i++) {
-		uint32_t qh;
-		memcpy(&qh, w[i].qh, 4);
-		int sumi = 0;
-		for (int j = 0; j < QK5_1 / 2; j++) {
-			const int h0 = ((qh >> j) << 4) & 0x10;
-			const int h1 = (qh >> (j + 12)) & 0x10;
-			sumi += ((w[i].qs[j] & 0xF) | h0) * x[i].qs[j] + ((w[i].qs[j] >> 4) | h1) * x[i].qs[j + 16];
-		}
-		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi +
-		     pg_f16_to_f32(w[i].m) * pg_f16_to_f32(x[i].s);
-	}
-	return s;
+	return dot_qx_1(k, vw, vx, true);
 }
 
 static float dot_q8_0(int64_t k, const void *vw, const void *vx)
 {
 	const block_q8_0 *w = vw;
 	const block_q8_0 *x = vx;
-	float s = 0;
+	float acc[8] = { 0 };
 	for (int64_t i = 0; i < k / QK8_0; i++) {
-		int sumi = 0;
-		for (int j = 0; j < QK8_0; j++)
-			sumi += w[i].qs[j] * x[i].qs[j];
-		s += (pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d)) * (float)sumi;
+		const float d = pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d);
+		for (int l = 0; l < 8; l++) {
+			int sumi = 0;
+			for (int e = 4 * l; e < 4 * l + 4; e++)
+				sumi += w[i].qs[e] * x[i].qs[e];
+			acc[l] = fmaf(d, (float)sumi, acc[l]);
+		}
 	}
-	return s;
+	return hsum8(acc);
 }
 
 /* Q4_K/Q5_K: 8 groups of 32 with a 6-bit scale and min each; the mins
@@ -233,63 +246,146 @@ static float dot_q4_K(int64_t k, const void *vw, const void *vx)
 	return hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
 }
 
+/* Q2_K/Q3_K: 16 groups of 16, each with a 4-bit scale and a 4-bit min
+ * (Q2_K) or a signed 6-bit scale (Q3_K). ggml_vec_dot_q2_K_q8_K and
+ * ggml_vec_dot_q3_K_q8_K (AVX2, which AVX-512 builds run too): 8 lanes,
+ * lane l = bytes 4l..4l+3 of each 32-byte run of quants (both halves of
+ * the block, all four 2-bit planes), scaled by the run's group 2s (lanes
+ * 0-3) or 2s+1 (lanes 4-7); one FMA per block and lane, then hsum_float_8.
+ * Q2_K first adds the mins in the same lanes, lane l = mins 2l and 2l+1
+ * against bsums 2l and 2l+1, with dmin = -y.d * x.dmin. */
+static int q2_K_lane(const block_q2_K *w, const block_q8_K *x, int l)
+{
+	int isum = 0;
+	for (int j = 0; j < 2; j++)
+		for (int p = 0; p < 4; p++) {
+			const uint8_t *q = w->qs + 32 * j + 4 * l;
+			const int8_t *y = x->qs + 128 * j + 32 * p + 4 * l;
+			int s4 = 0;
+			for (int e = 0; e < 4; e++)
+				s4 += ((q[e] >> (2 * p)) & 3) * y[e];
+			isum += (w->scales[8 * j + 2 * p + (l >= 4)] & 0xF) * s4;
+		}
+	return isum;
+}
+
+static float dot_q2_K(int64_t k, const void *vw, const void *vx)
+{
+	const block_q2_K *w = vw;
+	const block_q8_K *x = vx;
+	float acc[8] = { 0 };
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const float d = x[i].d * pg_f16_to_f32(w[i].d);
+		const float dmin = -x[i].d * pg_f16_to_f32(w[i].dmin);
+		const uint8_t *sc = w[i].scales;
+		const int16_t *bs = x[i].bsums;
+		for (int l = 0; l < 8; l++)
+			acc[l] = fmaf(dmin, (float)((sc[2 * l] >> 4) * bs[2 * l] + (sc[2 * l + 1] >> 4) * bs[2 * l + 1]),
+				      acc[l]);
+		for (int l = 0; l < 8; l++)
+			acc[l] = fmaf(d, (float)q2_K_lane(&w[i], &x[i], l), acc[l]);
+	}
+	return hsum8(acc);
+}
+
+/* A level is its 2 low bits, less 4 where the hmask bit is clear. */
+static int q3_K_lane(const block_q3_K *w, const block_q8_K *x, const int8_t sc[16], int l)
+{
+	int isum = 0;
+	for (int j = 0; j < 2; j++)
+		for (int p = 0; p < 4; p++) {
+			const uint8_t *q = w->qs + 32 * j + 4 * l, *h = w->hmask + 4 * l;
+			const int8_t *y = x->qs + 128 * j + 32 * p + 4 * l;
+			const int bit = 4 * j + p;
+			int s4 = 0;
+			for (int e = 0; e < 4; e++)
+				s4 += (((q[e] >> (2 * p)) & 3) - ((h[e] >> bit) & 1 ? 0 : 4)) * y[e];
+			isum += sc[8 * j + 2 * p + (l >= 4)] * s4;
+		}
+	return isum;
+}
+
+static float dot_q3_K(int64_t k, const void *vw, const void *vx)
+{
+	const block_q3_K *w = vw;
+	const block_q8_K *x = vx;
+	float acc[8] = { 0 };
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const float d = x[i].d * pg_f16_to_f32(w[i].d);
+		int8_t sc[16];
+		pg_q3_K_scales(w[i].scales, sc);
+		for (int l = 0; l < 8; l++)
+			acc[l] = fmaf(d, (float)q3_K_lane(&w[i], &x[i], sc, l), acc[l]);
+	}
+	return hsum8(acc);
+}
+
+/* Q5_K: ggml_vec_dot_q5_K_q8_K (AVX2): Q4_K's 8 lanes with the fifth bit;
+ * the mins as one scalar, summs = fma(-y.d·x.dmin, Σ m·B, summs), added
+ * last. */
 static float dot_q5_K(int64_t k, const void *vw, const void *vx)
 {
 	const block_q5_K *w = vw;
 	const block_q8_K *x = vx;
-	float s = 0;
+	float acc[8] = { 0 }, summs = 0;
 	for (int64_t i = 0; i < k / QK_K; i++) {
-		const uint8_t *q = w[i].qs, *qh = w[i].qh;
-		const int8_t *y = x[i].qs;
-		int isum = 0, msum = 0;
-		for (int g = 0; g < 4; g++, q += 32, y += 64) {
-			uint8_t sc0, m0, sc1, m1;
-			pg_scale_min_k4(2 * g, w[i].scales, &sc0, &m0);
-			pg_scale_min_k4(2 * g + 1, w[i].scales, &sc1, &m1);
-			int s0 = 0, s1 = 0;
-			for (int l = 0; l < 32; l++) {
-				s0 += ((q[l] & 0xF) | (((qh[l] >> (2 * g)) & 1) << 4)) * y[l];
-				s1 += ((q[l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4)) * y[l + 32];
-			}
-			isum += sc0 * s0 + sc1 * s1;
-			msum += m0 * (x[i].bsums[4 * g] + x[i].bsums[4 * g + 1]) +
-				m1 * (x[i].bsums[4 * g + 2] + x[i].bsums[4 * g + 3]);
+		uint8_t sc[8], mn[8];
+		int msum = 0;
+		for (int j = 0; j < 8; j++) {
+			pg_scale_min_k4(j, w[i].scales, &sc[j], &mn[j]);
+			msum += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
 		}
-		const float d = x[i].d * pg_f16_to_f32(w[i].d);
-		const float dmin = x[i].d * pg_f16_to_f32(w[i].dmin);
-		s += d * (float)isum - dmin * (float)msum;
+		const float d = pg_f16_to_f32(w[i].d) * x[i].d;
+		for (int l = 0; l < 8; l++) {
+			int isum = 0;
+			for (int g = 0; g < 4; g++) {
+				const uint8_t *q = w[i].qs + 32 * g + 4 * l, *qh = w[i].qh + 4 * l;
+				const int8_t *y = x[i].qs + 64 * g + 4 * l;
+				int s0 = 0, s1 = 0;
+				for (int e = 0; e < 4; e++) {
+					s0 += ((q[e] & 0xF) | (((qh[e] >> (2 * g)) & 1) << 4)) * y[e];
+					s1 += ((q[e] >> 4) | (((qh[e] >> (2 * g + 1)) & 1) << 4)) * y[e + 32];
+				}
+				isum += sc[2 * g] * s0 + sc[2 * g + 1] * s1;
+			}
+			acc[l] = fmaf(d, (float)isum, acc[l]);
+		}
+		summs = fmaf(-x[i].d * pg_f16_to_f32(w[i].dmin), (float)msum, summs);
 	}
-	return s;
+	return hsum8(acc) + summs;
 }
 
+/* Q6_K: ggml_vec_dot_q6_K_q8_K (AVX2): unsigned levels 0..63 in 8 lanes,
+ * lane l = bytes 4l..4l+3 of each 32-byte run, scaled by the run's group
+ * 2j (lanes 0-3) or 2j+1 (4-7); the -32 offset enters lane l once per
+ * block as -32·(sc[2l]·B[2l] + sc[2l+1]·B[2l+1]) (B: bsums). */
 static float dot_q6_K(int64_t k, const void *vw, const void *vx)
 {
 	const block_q6_K *w = vw;
 	const block_q8_K *x = vx;
-	float s = 0;
+	float acc[8] = { 0 };
 	for (int64_t i = 0; i < k / QK_K; i++) {
-		const uint8_t *ql = w[i].ql, *qh = w[i].qh;
-		const int8_t *sc = w[i].scales, *y = x[i].qs;
-		int isum = 0;
-		for (int n = 0; n < QK_K; n += 128, ql += 64, qh += 32, sc += 8, y += 128) {
-			int g[8] = { 0 };
-			for (int l = 0; l < 32; l++) {
-				const int is = l / 16;
-				const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-				const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-				const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-				const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-				g[is + 0] += q1 * y[l];
-				g[is + 2] += q2 * y[l + 32];
-				g[is + 4] += q3 * y[l + 64];
-				g[is + 6] += q4 * y[l + 96];
-			}
-			for (int j = 0; j < 8; j++)
-				isum += sc[j] * g[j];
+		const int8_t *sc = w[i].scales;
+		const int16_t *bs = x[i].bsums;
+		const float d = pg_f16_to_f32(w[i].d) * x[i].d;
+		for (int l = 0; l < 8; l++) {
+			int isum = -32 * (sc[2 * l] * bs[2 * l] + sc[2 * l + 1] * bs[2 * l + 1]);
+			for (int h = 0; h < 2; h++)
+				for (int j = 0; j < 4; j++) {
+					const uint8_t *ql = w[i].ql + 64 * h + 32 * (j & 1) + 4 * l;
+					const uint8_t *qh = w[i].qh + 32 * h + 4 * l;
+					const int8_t *y = x[i].qs + 128 * h + 32 * j + 4 * l;
+					int s4 = 0;
+					for (int e = 0; e < 4; e++) {
+						const int lo = j < 2 ? ql[e] & 0xF : ql[e] >> 4;
+						s4 += (lo | (((qh[e] >> (2 * j)) & 3) << 4)) * y[e];
+					}
+					isum += sc[8 * h + 2 * j + (l >= 4)] * s4;
+				}
+			acc[l] = fmaf(d, (float)isum, acc[l]);
 		}
-		s += (pg_f16_to_f32(w[i].d) * x[i].d) * (float)isum;
 	}
-	return s;
+	return hsum8(acc);
 }
 
 #define SCALAR_GEMV(T)                                                                              \
@@ -307,6 +403,8 @@ SCALAR_GEMV(q4_1)
 SCALAR_GEMV(q5_0)
 SCALAR_GEMV(q5_1)
 SCALAR_GEMV(q8_0)
+SCALAR_GEMV(q2_K)
+SCALAR_GEMV(q3_K)
 SCALAR_GEMV(q4_K)
 SCALAR_GEMV(q5_K)
 SCALAR_GEMV(q6_K)
@@ -436,6 +534,8 @@ const struct pg_kern pg_kern_scalar = {
 		[PG_TYPE_Q5_0] = gemv_q5_0,
 		[PG_TYPE_Q5_1] = gemv_q5_1,
 		[PG_TYPE_Q8_0] = gemv_q8_0,
+		[PG_TYPE_Q2_K] = gemv_q2_K,
+		[PG_TYPE_Q3_K] = gemv_q3_K,
 		[PG_TYPE_Q4_K] = gemv_q4_K,
 		[PG_TYPE_Q5_K] = gemv_q5_K,
 		[PG_TYPE_Q6_K] = gemv_q6_K,

@@ -55,15 +55,20 @@ ALWAYS_INLINE __m256i dot_us8(__m256i acc, __m256i u, __m256i s)
 #endif
 }
 
+/* acc + sum over pairs of p16 * scale16 */
+ALWAYS_INLINE __m256i madd_acc(__m256i acc, __m256i p16, __m256i scale16)
+{
+#ifdef PG_X86_VNNI
+	return _mm256_dpwssd_epi32(acc, p16, scale16);
+#else
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, scale16));
+#endif
+}
+
 /* acc + sum over pairs of (u8*s8 pair sums) * scale16 */
 ALWAYS_INLINE __m256i dot_us8_scaled(__m256i acc, __m256i u, __m256i s, __m256i scale16)
 {
-	const __m256i p = _mm256_maddubs_epi16(u, s);
-#ifdef PG_X86_VNNI
-	return _mm256_dpwssd_epi32(acc, p, scale16);
-#else
-	return _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale16));
-#endif
+	return madd_acc(acc, _mm256_maddubs_epi16(u, s), scale16);
 }
 
 /* ---- activation conversion (bit-exact with dot_scalar.c) ------------------ */
@@ -373,6 +378,88 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 			s[(size_t)r * bs] = hsum_ps(acc[r]) + _mm_cvtss_f32(m);
 		}
 	}
+}
+
+/* Q2_K (three = 0) and Q3_K (three = 1) against Q8_K:
+ * ggml_vec_dot_q2_K_q8_K and ggml_vec_dot_q3_K_q8_K (AVX2), lanes as
+ * dot_scalar.c describes them. A Q3_K level is taken as low - high: the
+ * products of the 2 low bits less those of 4 where the hmask bit is clear,
+ * both unsigned, exact in the i16 pair sums (|p| <= 1792). */
+ALWAYS_INLINE void q23_K_tile(int64_t k, const void *vw, const int three, const void *x, size_t bx, const int nr,
+			      float *s, size_t bs)
+{
+	/* int16 lane pairs 2p (low half) and 2p+1 (high half) of 8 scales */
+	static const uint8_t pick[4][32] __attribute__((aligned(32))) = {
+		{ 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3 },
+		{ 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7 },
+		{ 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11 },
+		{ 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15 },
+	};
+	__m256 acc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *qs;
+		__m128i sc8;
+		__m256i hb = _mm256_setzero_si256();
+		float dw;
+		if (three) {
+			const block_q3_K *b = (const block_q3_K *)vw + i;
+			int8_t sc[16];
+			pg_q3_K_scales(b->scales, sc);
+			sc8 = _mm_loadu_si128((const __m128i *)sc);
+			hb = _mm256_loadu_si256((const __m256i *)b->hmask);
+			qs = b->qs;
+			dw = f16s(b->d);
+		} else {
+			const block_q2_K *b = (const block_q2_K *)vw + i;
+			const __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
+			const __m128i lo4 = _mm_set1_epi8(0xF);
+			sc8 = _mm_and_si128(packed, lo4);
+			/* the mins first: lane l = m[2l]·B[2l] + m[2l+1]·B[2l+1] */
+			const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), lo4));
+			const float dminw = f16s(b->dmin);
+			for (int r = 0; r < nr; r++) {
+				const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
+				const __m256i prod = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)xb->bsums));
+				acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(-xb->d * dminw), _mm256_cvtepi32_ps(prod), acc[r]);
+			}
+			qs = b->qs;
+			dw = f16s(b->d);
+		}
+		const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+		const __m256i halves[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00),
+					    _mm256_permute2x128_si256(sc16, sc16, 0x11) };
+		__m256i isum[PG_MAX_NR];
+		for (int r = 0; r < nr; r++)
+			isum[r] = _mm256_setzero_si256();
+		for (int j = 0; j < 2; j++) {
+			const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+			for (int p = 0; p < 4; p++) {
+				const __m256i scv = _mm256_shuffle_epi8(halves[j], _mm256_load_si256((const __m256i *)pick[p]));
+				const __m256i ql = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * p), m3);
+				__m256i qh = _mm256_setzero_si256();
+				if (three) {
+					const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * j + p)));
+					qh = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit), four);
+				}
+				for (int r = 0; r < nr; r++) {
+					const __m256i y = _mm256_loadu_si256(
+						(const __m256i *)(XROW(block_q8_K, x, bx, r)[i].qs + 128 * j + 32 * p));
+					__m256i p16 = _mm256_maddubs_epi16(ql, y);
+					if (three)
+						p16 = _mm256_sub_epi16(p16, _mm256_maddubs_epi16(qh, y));
+					isum[r] = madd_acc(isum[r], p16, scv);
+				}
+			}
+		}
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(XROW(block_q8_K, x, bx, r)[i].d * dw),
+						 _mm256_cvtepi32_ps(isum[r]), acc[r]);
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = hsum_ps(acc[r]);
 }
 
 /* Q6_K: levels kept unsigned (0..63); the -32 offset is taken out once
@@ -709,6 +796,8 @@ ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void 
 #define C_Q5_0(N) q5_0_tile(k, w, x, bx, N, s, bs)
 #define C_Q4_1(N) qx_1_tile(k, w, 0, x, bx, N, s, bs)
 #define C_Q5_1(N) qx_1_tile(k, w, 1, x, bx, N, s, bs)
+#define C_Q2_K(N) q23_K_tile(k, w, 0, x, bx, N, s, bs)
+#define C_Q3_K(N) q23_K_tile(k, w, 1, x, bx, N, s, bs)
 #define C_Q4_K(N) qk_45_tile(k, w, 0, x, bx, N, s, bs)
 #define C_Q5_K(N) qk_45_tile(k, w, 1, x, bx, N, s, bs)
 #define C_Q6_K(N) q6_K_tile(k, w, x, bx, N, s, bs)
@@ -717,6 +806,8 @@ X86_GEMV(q4_0, C_Q4_0)
 X86_GEMV(q5_0, C_Q5_0)
 X86_GEMV(q4_1, C_Q4_1)
 X86_GEMV(q5_1, C_Q5_1)
+X86_GEMV(q2_K, C_Q2_K)
+X86_GEMV(q3_K, C_Q3_K)
 X86_GEMV(q4_K, C_Q4_K)
 X86_GEMV(q5_K, C_Q5_K)
 X86_GEMV(q6_K, C_Q6_K)

@@ -46,6 +46,8 @@ uint32_t pg_vec_dot_type(uint32_t wtype)
 	case PG_TYPE_Q8_0_S127: return PG_TYPE_Q8_0;
 	case PG_TYPE_Q4_1:
 	case PG_TYPE_Q5_1: return PG_TYPE_Q8_1;
+	case PG_TYPE_Q2_K:
+	case PG_TYPE_Q3_K:
 	case PG_TYPE_Q4_K:
 	case PG_TYPE_Q5_K:
 	case PG_TYPE_Q6_K: return PG_TYPE_Q8_K;

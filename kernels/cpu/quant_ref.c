@@ -139,9 +139,10 @@ static void quant_q8_1(const float *x, block_q8_1 *y, int64_t nb)
 }
 
 /* make_qkx2_quants: scale and min of a group of n by a small search that
- * minimises the weighted squared error. */
+ * minimises the weighted squared error, or with use_mad the weighted
+ * absolute one (Q2_K: four levels leave errors too large to square). */
 static float make_qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
-		       uint8_t *Laux, float rmin, float rdelta, int nstep)
+		       uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad)
 {
 	float min = x[0], max = x[0];
 	float sum_w = w[0], sum_x = sum_w * x[0];
@@ -167,7 +168,7 @@ static float make_qkx2(int n, int nmax, const float *x, const float *w, uint8_t 
 		int l = pg_nearest_int(iscale * (x[i] - min));
 		L[i] = (uint8_t)MAX(0, MIN(nmax, l));
 		float diff = scale * L[i] + min - x[i];
-		diff = diff * diff;
+		diff = use_mad ? fabsf(diff) : diff * diff;
 		best_error += w[i] * diff;
 	}
 	for (int is = 0; is <= nstep; is++) {
@@ -192,7 +193,7 @@ static float make_qkx2(int n, int nmax, const float *x, const float *w, uint8_t 
 			float cur_error = 0;
 			for (int i = 0; i < n; i++) {
 				float diff = this_scale * Laux[i] + this_min - x[i];
-				diff = diff * diff;
+				diff = use_mad ? fabsf(diff) : diff * diff;
 				cur_error += w[i] * diff;
 			}
 			if (cur_error < best_error) {
@@ -256,6 +257,60 @@ static float make_qx(int n, int nmax, const float *x, int8_t *L)
 	return scale;
 }
 
+/* make_q3_quants with do_rmse: levels -nmax..nmax-1 (stored biased by
+ * nmax) against a signed scale, refined a level at a time while that
+ * raises sumlx^2 / suml2, the weighted fit (weights x^2). */
+static float make_q3(int n, int nmax, const float *x, int8_t *L)
+{
+	float max = 0, amax = 0;
+	for (int i = 0; i < n; i++)
+		if (fabsf(x[i]) > amax) {
+			amax = fabsf(x[i]);
+			max = x[i];
+		}
+	if (amax < GROUP_MAX_EPS) {
+		memset(L, 0, (size_t)n);
+		return 0.f;
+	}
+	const float iscale = -nmax / max;
+	float sumlx = 0, suml2 = 0;
+	for (int i = 0; i < n; i++) {
+		int l = pg_nearest_int(iscale * x[i]);
+		l = MAX(-nmax, MIN(nmax - 1, l));
+		L[i] = (int8_t)l;
+		float w = x[i] * x[i];
+		sumlx += w * x[i] * l;
+		suml2 += w * l * l;
+	}
+	for (int itry = 0; itry < 5; itry++) {
+		int n_changed = 0;
+		for (int i = 0; i < n; i++) {
+			float w = x[i] * x[i];
+			float slx = sumlx - w * x[i] * L[i];
+			if (slx <= 0)
+				continue;
+			float sl2 = suml2 - w * L[i] * L[i];
+			int new_l = pg_nearest_int(x[i] * sl2 / slx);
+			new_l = MAX(-nmax, MIN(nmax - 1, new_l));
+			if (new_l == L[i])
+				continue;
+			slx += w * x[i] * new_l;
+			sl2 += w * new_l * new_l;
+			if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+				L[i] = (int8_t)new_l;
+				sumlx = slx;
+				suml2 = sl2;
+				n_changed++;
+			}
+		}
+		if (!n_changed)
+			break;
+	}
+	for (int i = 0; i < n; i++)
+		L[i] = (int8_t)(L[i] + nmax);
+	return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
 /* Q4_K and Q5_K share everything but the number of levels and the search. */
 static void quant_k_scales(const float *x, int nmax, float rmin, int nstep, uint8_t *L, uint8_t *scales_out,
 			   pg_f16 *d_out, pg_f16 *dmin_out)
@@ -270,7 +325,8 @@ static void quant_k_scales(const float *x, int nmax, float rmin, int nstep, uint
 		float av_x = sqrtf(sum_x2 / 32);
 		for (int l = 0; l < 32; l++)
 			weights[l] = av_x + fabsf(x[32 * j + l]);
-		scales[j] = make_qkx2(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
+		scales[j] = make_qkx2(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep,
+				      false);
 		if (scales[j] > max_scale)
 			max_scale = scales[j];
 		if (mins[j] > max_min)
@@ -306,6 +362,120 @@ static void quant_k_scales(const float *x, int nmax, float rmin, int nstep, uint
 			int l = pg_nearest_int((x[32 * j + ii] + dm) / d);
 			L[32 * j + ii] = (uint8_t)MAX(0, MIN(nmax, l));
 		}
+	}
+}
+
+/* Q2_K and Q3_K pack four 2-bit quants a byte: within each 128 elements,
+ * qs[l] holds l, l+32, l+64 and l+96 from the low bits up. */
+static void pack_2bit(const uint8_t *L, uint8_t *qs)
+{
+	for (int j = 0; j < QK_K; j += 128, qs += 32)
+		for (int l = 0; l < 32; l++)
+			qs[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
+					  (L[j + l + 96] << 6));
+}
+
+static void quant_q2_K(const float *x, block_q2_K *y, int64_t nb)
+{
+	const float q4scale = 15.f;
+	uint8_t L[QK_K], Laux[16];
+	float weights[16], mins[QK_K / 16], scales[QK_K / 16];
+	for (int64_t i = 0; i < nb; i++, x += QK_K) {
+		/* the min is taken off, so scales are never negative */
+		float max_scale = 0, max_min = 0;
+		for (int j = 0; j < QK_K / 16; j++) {
+			for (int l = 0; l < 16; l++)
+				weights[l] = fabsf(x[16 * j + l]);
+			scales[j] = make_qkx2(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15,
+					      true);
+			if (scales[j] > max_scale)
+				max_scale = scales[j];
+			if (mins[j] > max_min)
+				max_min = mins[j];
+		}
+		if (max_scale > 0) {
+			const float iscale = q4scale / max_scale;
+			for (int j = 0; j < QK_K / 16; j++)
+				y[i].scales[j] = (uint8_t)pg_nearest_int(iscale * scales[j]);
+			y[i].d = pg_f32_to_f16(max_scale / q4scale);
+		} else {
+			memset(y[i].scales, 0, sizeof(y[i].scales));
+			y[i].d = pg_f32_to_f16(0.f);
+		}
+		if (max_min > 0) {
+			const float iscale = q4scale / max_min;
+			for (int j = 0; j < QK_K / 16; j++)
+				y[i].scales[j] |= (uint8_t)(pg_nearest_int(iscale * mins[j]) << 4);
+			y[i].dmin = pg_f32_to_f16(max_min / q4scale);
+		} else {
+			y[i].dmin = pg_f32_to_f16(0.f);
+		}
+		/* requantize against the scales as stored, 4 bits and f16 */
+		for (int j = 0; j < QK_K / 16; j++) {
+			const float d = pg_f16_to_f32(y[i].d) * (y[i].scales[j] & 0xF);
+			if (!d)
+				continue;
+			const float dm = pg_f16_to_f32(y[i].dmin) * (y[i].scales[j] >> 4);
+			for (int ii = 0; ii < 16; ii++) {
+				int l = pg_nearest_int((x[16 * j + ii] + dm) / d);
+				L[16 * j + ii] = (uint8_t)MAX(0, MIN(3, l));
+			}
+		}
+		pack_2bit(L, y[i].qs);
+	}
+}
+
+static void quant_q3_K(const float *x, block_q3_K *y, int64_t nb)
+{
+	int8_t L[QK_K];
+	float scales[QK_K / 16];
+	for (int64_t i = 0; i < nb; i++, x += QK_K) {
+		float max_scale = 0, amax = 0;
+		for (int j = 0; j < QK_K / 16; j++) {
+			scales[j] = make_q3(16, 4, x + 16 * j, L + 16 * j);
+			if (fabsf(scales[j]) > amax) {
+				amax = fabsf(scales[j]);
+				max_scale = scales[j];
+			}
+		}
+		/* 6-bit scales, biased by 32: low nibbles in bytes 0-7 (j and
+		 * j+8 share a byte), top bit pairs in bytes 8-11 */
+		memset(y[i].scales, 0, sizeof(y[i].scales));
+		if (max_scale) {
+			const float iscale = -32.f / max_scale;
+			for (int j = 0; j < QK_K / 16; j++) {
+				int l = pg_nearest_int(iscale * scales[j]);
+				l = MAX(-32, MIN(31, l)) + 32;
+				if (j < 8)
+					y[i].scales[j] = (uint8_t)(l & 0xF);
+				else
+					y[i].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+				y[i].scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+			}
+			y[i].d = pg_f32_to_f16(1 / iscale);
+		} else {
+			y[i].d = pg_f32_to_f16(0.f);
+		}
+		/* requantize against the scales as stored, 6 bits and f16 */
+		int8_t sc[QK_K / 16];
+		pg_q3_K_scales(y[i].scales, sc);
+		for (int j = 0; j < QK_K / 16; j++) {
+			const float d = pg_f16_to_f32(y[i].d) * sc[j];
+			if (!d)
+				continue;
+			for (int ii = 0; ii < 16; ii++) {
+				int l = pg_nearest_int(x[16 * j + ii] / d);
+				L[16 * j + ii] = (int8_t)(MAX(-4, MIN(3, l)) + 4);
+			}
+		}
+		/* the third bit: element 32b + l is bit b of hmask[l] */
+		memset(y[i].hmask, 0, sizeof(y[i].hmask));
+		for (int j = 0; j < QK_K; j++)
+			if (L[j] > 3) {
+				y[i].hmask[j % 32] |= (uint8_t)(1u << (j / 32));
+				L[j] -= 4;
+			}
+		pack_2bit((const uint8_t *)L, y[i].qs);
 	}
 }
 
@@ -438,6 +608,8 @@ size_t pg_quantize_row(uint32_t type, const float *src, void *dst, int64_t k)
 	case PG_TYPE_Q8_0: quant_q8_0(src, dst, nb); break;
 	case PG_TYPE_Q8_1: quant_q8_1(src, dst, nb); break;
 	case PG_TYPE_Q8_K: pg_q8_K_from_float(src, dst, k); break;
+	case PG_TYPE_Q2_K: quant_q2_K(src, dst, nb); break;
+	case PG_TYPE_Q3_K: quant_q3_K(src, dst, nb); break;
 	case PG_TYPE_Q4_K: quant_q4_K(src, dst, nb); break;
 	case PG_TYPE_Q5_K: quant_q5_K(src, dst, nb); break;
 	case PG_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;

@@ -23,7 +23,7 @@ fail() {
 shape="--dim 256 --ffn 512 --layers 2 --heads 4 --kv-heads 2 --vocab 400 --ctx 256"
 text='Hello world, 123 ünïcode — ok?'
 
-for ty in F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K; do
+for ty in F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K; do
 	m=$T/$ty.gguf
 	# shellcheck disable=SC2086
 	"$M" $shape --type "$ty" --seed 5 -t 1 -o "$m" 2>"$T/err" || fail "$ty: exit $?: $(cat "$T/err")"
@@ -74,7 +74,7 @@ expect_err "does not divide" --heads 8 --kv-heads 3
 expect_err "multiple of Q4_K" --dim 128 --heads 4 --type Q4_K
 expect_err "ffn 100" --ffn 100 --type Q8_0
 expect_err "unknown option" --frobnicate
-expect_err "unknown --type" --type Q3_K
+expect_err "unknown --type" --type IQ2_XS
 expect_err "too small" --vocab 100
 expect_err "positive integer" --layers 0
 "$M" --dim 256 2>"$T/err" && fail "ran without -o"

@@ -49,13 +49,19 @@ static void fill(float *x, int64_t n, float scale)
 
 static const uint32_t mm_types[] = {
 	PG_TYPE_F32, PG_TYPE_F16, PG_TYPE_BF16, PG_TYPE_Q4_0, PG_TYPE_Q4_1, PG_TYPE_Q5_0,
-	PG_TYPE_Q5_1, PG_TYPE_Q8_0, PG_TYPE_Q4_K, PG_TYPE_Q5_K, PG_TYPE_Q6_K,
+	PG_TYPE_Q5_1, PG_TYPE_Q8_0, PG_TYPE_Q2_K, PG_TYPE_Q3_K, PG_TYPE_Q4_K, PG_TYPE_Q5_K, PG_TYPE_Q6_K,
 };
 #define NTYPES (sizeof(mm_types) / sizeof(mm_types[0]))
 
 static bool is_k_quant(uint32_t t)
 {
-	return t == PG_TYPE_Q4_K || t == PG_TYPE_Q5_K || t == PG_TYPE_Q6_K;
+	return t == PG_TYPE_Q2_K || t == PG_TYPE_Q3_K || t == PG_TYPE_Q4_K || t == PG_TYPE_Q5_K ||
+	       t == PG_TYPE_Q6_K;
+}
+
+static bool is_float(uint32_t t)
+{
+	return t == PG_TYPE_F32 || t == PG_TYPE_F16 || t == PG_TYPE_BF16;
 }
 
 /* Quantizes n random rows of k into a fresh buffer of type t. */
@@ -156,7 +162,9 @@ static void check_matmul_type(uint32_t t, struct pg_pool *pool)
 				pg_matmul(threaded ? pool : NULL, W, t, n, k, X, m, Y, ldy);
 				for (int64_t i = 0; i < m; i++) {
 					for (int64_t j = 0; j < n; j++) {
-						double tol = 1e-5 * mag[i * n + j] + 1e-6;
+						/* quantized types: ggml's x86 order on every ISA,
+						 * bit for bit; float ones: the SIMD order only */
+						const double tol = is_float(t) ? 1e-5 * mag[i * n + j] + 1e-6 : 0;
 						ck_assert_msg(fabs(Y[i * ldy + j] - Yref[i * ldy + j]) <= tol,
 							      "%s %s vs scalar m=%ld n=%ld k=%ld [%ld,%ld]: %g vs %g",
 							      pg_type_name(t), all_isas[ii], (long)m, (long)n, (long)k,
@@ -717,6 +725,142 @@ START_TEST(test_q4_order_is_ggml)
 }
 END_TEST
 
+/* Q2_K and Q3_K stay on vec_dot in llama.cpp's x86 backend (its Q2_K
+ * repack is AVX-512 only: see BENCHMARKS.md), ggml_vec_dot_q2_K_q8_K and
+ * ggml_vec_dot_q3_K_q8_K (AVX2): 8 lanes, element e of a super-block in
+ * lane (e % 32) / 4 with the scale of its group of 16, e / 16; per block
+ * one FMA per lane of d·(lane sum), Q2_K's mins first, dmin = -y.d·x.dmin,
+ * lane l = m[2l]·B[2l] + m[2l+1]·B[2l+1] (B: bsums); then hsum_float_8.
+ * Element by element here, not as the kernels walk the block. */
+static int q23_level(const void *vw, bool three, int e)
+{
+	const int j = e / 128, p = (e % 128) / 32, b = e % 32;
+	if (!three)
+		return (((const block_q2_K *)vw)->qs[32 * j + b] >> (2 * p)) & 3;
+	const block_q3_K *w = vw;
+	const int lo = (w->qs[32 * j + b] >> (2 * p)) & 3;
+	return (w->hmask[b] >> (4 * j + p)) & 1 ? lo : lo - 4;
+}
+
+static int q3_K_scale(const uint8_t *sc, int g)
+{
+	const int low = g < 8 ? sc[g] & 0xF : sc[g - 8] >> 4;
+	const int high = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
+	return (low | high << 4) - 32;
+}
+
+static float ggml_q23_K_dot(const void *vw, const block_q8_K *y, int64_t nb, bool three)
+{
+	const size_t bsz = three ? sizeof(block_q3_K) : sizeof(block_q2_K);
+	float lanes[8] = { 0 };
+	for (int64_t i = 0; i < nb; i++) {
+		const void *w = (const char *)vw + (size_t)i * bsz;
+		const block_q2_K *w2 = w;
+		const block_q3_K *w3 = w;
+		int lane_sum[8] = { 0 };
+		for (int e = 0; e < QK_K; e++) {
+			const int g = e / 16;
+			const int sc = three ? q3_K_scale(w3->scales, g) : w2->scales[g] & 0xF;
+			lane_sum[(e % 32) / 4] += sc * q23_level(w, three, e) * y[i].qs[e];
+		}
+		if (!three) {
+			const float dmin = -y[i].d * pg_f16_to_f32(w2->dmin);
+			for (int l = 0; l < 8; l++)
+				lanes[l] = fmaf(dmin,
+						(float)((w2->scales[2 * l] >> 4) * y[i].bsums[2 * l] +
+							(w2->scales[2 * l + 1] >> 4) * y[i].bsums[2 * l + 1]),
+						lanes[l]);
+		}
+		const float d = y[i].d * pg_f16_to_f32(three ? w3->d : w2->d);
+		for (int l = 0; l < 8; l++)
+			lanes[l] = fmaf(d, (float)lane_sum[l], lanes[l]);
+	}
+	return hsum_lanes8(lanes);
+}
+
+START_TEST(test_q23_K_order_is_ggml)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const int64_t n = 20, m = 6, k = 3 * QK_K;
+	for (int three = 0; three < 2; three++) {
+		const uint32_t t = three ? PG_TYPE_Q3_K : PG_TYPE_Q2_K;
+		const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
+		void *W = make_weights(t, n, k, NULL);
+		float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
+		char *Xq = malloc(xr * (size_t)m);
+		fill(X, m * k, 2.0f);
+		for (size_t a = 0; a < 3; a++) {
+			if (!pg_cpu_set_isa(all_isas[a]))
+				continue;
+			for (int64_t r = 0; r < m; r++)
+				pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
+			for (int v = 0; v < 3; v++) {
+				if (v < 2)
+					pg_matmul(v ? pool : NULL, W, t, n, k, X, m, Y, n);
+				else
+					for (int64_t r = 0; r < m; r++)
+						pg_matmul(NULL, W, t, n, k, X + r * k, 1, Y + r * n, n);
+				for (int64_t r = 0; r < m; r++)
+					for (int64_t j = 0; j < n; j++) {
+						const float want = ggml_q23_K_dot((const char *)W + (size_t)j * wr,
+										  (const void *)(Xq + (size_t)r * xr),
+										  k / QK_K, three);
+						ck_assert_msg(Y[r * n + j] == want, "%s %s v=%d row %ld col %ld: %a != %a",
+							      pg_type_name(t), all_isas[a], v, (long)r, (long)j,
+							      Y[r * n + j], want);
+					}
+			}
+		}
+		free(W);
+		free(X);
+		free(Y);
+		free(Xq);
+	}
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
+/* Every bit pattern of a Q3_K level and scale: hand-built blocks (hmask
+ * bits set and clear, scales at -32 and 31) against the same order. */
+START_TEST(test_q3_K_extremes)
+{
+	save_isa();
+	const int64_t k = QK_K;
+	block_q3_K w;
+	block_q8_K y;
+	for (int pat = 0; pat < 4; pat++) {
+		for (int i = 0; i < 12; i++)
+			w.scales[i] = (uint8_t)(pat & 1 ? 0xFF : 0x00) ^ (uint8_t)(i * 37);
+		for (int i = 0; i < 32; i++)
+			w.hmask[i] = (uint8_t)(pat & 2 ? 0xFF : 0x00) ^ (uint8_t)(i * 29);
+		for (int i = 0; i < 64; i++)
+			w.qs[i] = (uint8_t)(i * 71 + pat);
+		w.d = pg_f32_to_f16(0.25f);
+		y.d = 0.5f;
+		for (int i = 0; i < QK_K; i++)
+			y.qs[i] = (int8_t)(i % 2 ? -127 : 127 - i % 7);
+		for (int g = 0; g < 16; g++) {
+			int sum = 0;
+			for (int e = 0; e < 16; e++)
+				sum += y.qs[16 * g + e];
+			y.bsums[g] = (int16_t)sum;
+		}
+		const float want = ggml_q23_K_dot(&w, &y, 1, true);
+		for (size_t a = 0; a < 3; a++) {
+			if (!pg_cpu_set_isa(all_isas[a]))
+				continue;
+			float got = 0;
+			pg_matmul_q(NULL, &w, PG_TYPE_Q3_K, 1, k, &y, 1, &got, 1);
+			ck_assert_msg(got == want, "pattern %d %s: %a != %a", pat, all_isas[a], got, want);
+		}
+	}
+	restore_isa();
+}
+END_TEST
+
 /* Q4_0 weights repacked at load (PG_TYPE_Q4_0_X8) must give the bits of
  * the same weights unpacked (the gemv8 path, llama.cpp's q4_0_8x8 order),
  * on every ISA, for any m (tiles of the repacked path are 8 rows, of the
@@ -1068,6 +1212,8 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_elementwise);
 	tcase_add_test(tc, test_float_dot_order_is_ggml);
 	tcase_add_test(tc, test_q4_order_is_ggml);
+	tcase_add_test(tc, test_q23_K_order_is_ggml);
+	tcase_add_test(tc, test_q3_K_extremes);
 	tcase_add_test(tc, test_q4_0_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
 	tcase_add_test(tc, test_q8_0_s127_same_bits);

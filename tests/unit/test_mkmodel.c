@@ -190,8 +190,9 @@ static const struct {
 	uint32_t type, ftype;
 } types[] = {
 	{ "F32", PG_TYPE_F32, 0 },   { "F16", PG_TYPE_F16, 1 },   { "BF16", PG_TYPE_BF16, 32 },
-	{ "Q8_0", PG_TYPE_Q8_0, 7 }, { "Q4_0", PG_TYPE_Q4_0, 2 }, { "Q4_K", PG_TYPE_Q4_K, 14 },
-	{ "Q5_K", PG_TYPE_Q5_K, 16 }, { "Q6_K", PG_TYPE_Q6_K, 18 },
+	{ "Q8_0", PG_TYPE_Q8_0, 7 }, { "Q4_0", PG_TYPE_Q4_0, 2 }, { "Q2_K", PG_TYPE_Q2_K, 10 },
+	{ "Q3_K", PG_TYPE_Q3_K, 11 }, { "Q4_K", PG_TYPE_Q4_K, 14 }, { "Q5_K", PG_TYPE_Q5_K, 16 },
+	{ "Q6_K", PG_TYPE_Q6_K, 18 },
 };
 #define NTYPES (int)(sizeof types / sizeof types[0])
 
@@ -473,7 +474,8 @@ START_TEST(test_errors)
 	ck_assert_int_eq(run("-o", out, "--dim", "abc", NULL), 2);
 	ck_assert_int_eq(run("-o", out, "--dim", "0", NULL), 2);
 	ck_assert_int_eq(run("-o", out, "--dim", "-5", NULL), 2);
-	ck_assert_int_eq(run("-o", out, "--type", "Q3_K", NULL), 2);
+	ck_assert_int_eq(run("-o", out, "--type", "IQ2_XS", NULL), 2);
+	ck_assert_int_eq(run("-o", out, "--type", "Q3", NULL), 2);
 	ck_assert_int_eq(run("-o", out, "--preset", "huge", NULL), 2);
 	ck_assert_int_eq(run("-o", out, "--rope-base", "nan", NULL), 2);
 	ck_assert_int_eq(run("-o", out, "--norm-eps", "-1", NULL), 2);
@@ -483,6 +485,7 @@ START_TEST(test_errors)
 	ck_assert_int_eq(run("-o", out, "--kv-heads", "16", NULL), 2);
 	ck_assert_int_eq(run("-o", out, "--dim", "24", "--heads", "8", NULL), 2);     /* odd head size */
 	ck_assert_int_eq(run("-o", out, "--dim", "128", "--heads", "4", "--type", "Q4_K", NULL), 2);
+	ck_assert_int_eq(run("-o", out, "--ffn", "640", "--type", "Q2_K", NULL), 2);
 	ck_assert_int_eq(run("-o", out, "--ffn", "100", "--type", "Q8_0", NULL), 2);
 	ck_assert_int_eq(run("-o", out, "--dim", "8", "--heads", "2", "--kv-heads", "1", "--ffn", "8",
 			     "--type", "Q4_0", NULL), 2);

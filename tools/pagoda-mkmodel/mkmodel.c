@@ -77,8 +77,8 @@ static void mk_usage(FILE *f)
 		"  --ffn N               feed-forward length\n"
 		"  --vocab N             vocabulary size (>= 259 for the built-in tokenizer)\n"
 		"  --ctx N               context length\n"
-		"  --type T              2-D weight type: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K\n"
-		"                        (norms stay F32)\n"
+		"  --type T              2-D weight type: F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K\n"
+		"                        Q5_K Q6_K (norms stay F32)\n"
 		"  --seed S              PRNG seed (default 0)\n"
 		"  --rope-base F         RoPE frequency base (default 10000)\n"
 		"  --norm-eps F          RMSNorm epsilon (default 1e-5)\n"
@@ -96,8 +96,9 @@ static const struct {
 	uint32_t file_type; /* llama.cpp's LLAMA_FTYPE_* */
 } mk_types[] = {
 	{ "F32", PG_TYPE_F32, 0 },   { "F16", PG_TYPE_F16, 1 },   { "BF16", PG_TYPE_BF16, 32 },
-	{ "Q8_0", PG_TYPE_Q8_0, 7 }, { "Q4_0", PG_TYPE_Q4_0, 2 }, { "Q4_K", PG_TYPE_Q4_K, 14 },
-	{ "Q5_K", PG_TYPE_Q5_K, 16 }, { "Q6_K", PG_TYPE_Q6_K, 18 },
+	{ "Q8_0", PG_TYPE_Q8_0, 7 }, { "Q4_0", PG_TYPE_Q4_0, 2 }, { "Q2_K", PG_TYPE_Q2_K, 10 },
+	{ "Q3_K", PG_TYPE_Q3_K, 11 }, { "Q4_K", PG_TYPE_Q4_K, 14 }, { "Q5_K", PG_TYPE_Q5_K, 16 },
+	{ "Q6_K", PG_TYPE_Q6_K, 18 },
 };
 #define MK_NTYPES (sizeof(mk_types) / sizeof(mk_types[0]))
 
@@ -251,8 +252,8 @@ static int mk_parse_args(int argc, char **argv, struct mk_opts *o)
 				if (!strcasecmp(val, mk_types[k].name))
 					break;
 			if (k == MK_NTYPES)
-				return mk_err("unknown --type '%s' (one of F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)",
-					      val);
+				return mk_err("unknown --type '%s' (one of F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K "
+					      "Q5_K Q6_K)", val);
 			o->type = mk_types[k].type;
 			o->type_set = true;
 		} else if (!strcmp(flag, "--rope-base")) {

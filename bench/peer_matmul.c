@@ -1,0 +1,119 @@
+/* bench/peer_matmul.c — pagoda's matmul against llama.cpp's CPU backend,
+ * bit for bit, batch by batch: a ggml graph of one mul_mat (weights in the
+ * CPU backend's repack buffer where llama.cpp puts them, Q4_0 and Q4_K with
+ * a multiple of 8 rows, in the plain CPU buffer otherwise) against
+ * pg_matmul on the same quantized weights and the same f32 activations,
+ * for batches of 1 to 13 rows. Prints, per type and batch, which rows
+ * differ; exit 1 if any does. Not part of `make check`: CI has no
+ * llama.cpp.
+ *
+ *   L=build/llama.cpp; cc -O2 -I. -I$L/ggml/include -o build/peer_matmul \
+ *     bench/peer_matmul.c build/libpagoda-engine.a -L$L/build/bin \
+ *     -lggml -lggml-cpu -lggml-base -Wl,-rpath,$PWD/$L/build/bin -lm -pthread \
+ *     $(pkg-config --libs libpcre2-8 libxxhash)
+ *   build/peer_matmul
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "kernels/backend.h"
+
+#define N 64
+#define K 1024
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static float frand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((rng >> 11) * 0x1.0p-53) * 2.0f - 1.0f;
+}
+
+static ggml_backend_buffer_type_t repack_buft(void)
+{
+	ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+	ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+	ggml_backend_dev_get_extra_bufts_t get =
+		(ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+	for (ggml_backend_buffer_type_t *b = get ? get(dev) : NULL; b && *b; b++)
+		if (strstr(ggml_backend_buft_name(*b), "REPACK"))
+			return *b;
+	return NULL;
+}
+
+/* ggml's Y (m x N) for W (N rows of type t) and X (m x K) */
+static void ggml_y(ggml_backend_t be, uint32_t t, const void *W, const float *X, int m, float *Y)
+{
+	const bool repack = (t == PG_TYPE_Q4_0 || t == PG_TYPE_Q4_K) && N % 8 == 0;
+	struct ggml_init_params ip = { 16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
+	struct ggml_context *cw = ggml_init(ip), *cx = ggml_init(ip);
+	struct ggml_tensor *w = ggml_new_tensor_2d(cw, (enum ggml_type)t, K, N);
+	struct ggml_tensor *x = ggml_new_tensor_2d(cx, GGML_TYPE_F32, K, m);
+	struct ggml_tensor *y = ggml_mul_mat(cx, w, x);
+	ggml_backend_buffer_type_t rb = repack ? repack_buft() : NULL;
+	ggml_backend_buffer_t bw = ggml_backend_alloc_ctx_tensors_from_buft(
+		cw, rb ? rb : ggml_backend_get_default_buffer_type(be));
+	ggml_backend_buffer_t bx = ggml_backend_alloc_ctx_tensors(cx, be);
+	ggml_backend_tensor_set(w, W, 0, ggml_nbytes(w));
+	ggml_backend_tensor_set(x, X, 0, ggml_nbytes(x));
+	struct ggml_cgraph *g = ggml_new_graph(cx);
+	ggml_build_forward_expand(g, y);
+	ggml_backend_graph_compute(be, g);
+	ggml_backend_tensor_get(y, Y, 0, ggml_nbytes(y));
+	ggml_backend_buffer_free(bw);
+	ggml_backend_buffer_free(bx);
+	ggml_free(cw);
+	ggml_free(cx);
+}
+
+int main(void)
+{
+	static const uint32_t types[] = { PG_TYPE_Q4_K, PG_TYPE_Q4_0, PG_TYPE_Q8_0, PG_TYPE_Q2_K, PG_TYPE_Q3_K,
+					  PG_TYPE_Q5_K, PG_TYPE_Q6_K, PG_TYPE_Q5_0, PG_TYPE_Q4_1 };
+	static const int ms[] = { 1, 2, 3, 4, 5, 7, 8, 9, 13 };
+	ggml_backend_t be = ggml_backend_cpu_init();
+	ggml_backend_cpu_set_n_threads(be, 2);
+	struct pg_pool *pool = pg_pool_create(2);
+	int fails = 0;
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		const uint32_t t = types[ti];
+		const size_t wr = pg_row_size(t, K);
+		char *W = malloc(wr * N);
+		float row[K];
+		for (int j = 0; j < N; j++) {
+			for (int i = 0; i < K; i++)
+				row[i] = frand() * (j % 3 ? 1.0f : 0.05f);
+			pg_quantize_row(t, row, W + wr * j, K);
+		}
+		printf("%-5s", pg_type_name(t));
+		for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+			const int m = ms[mi];
+			float *X = malloc(sizeof(float) * K * m), *Yg = malloc(sizeof(float) * N * m),
+			      *Yp = malloc(sizeof(float) * N * m);
+			for (int i = 0; i < K * m; i++)
+				X[i] = frand() * 3.0f;
+			ggml_y(be, t, W, X, m, Yg);
+			pg_matmul(pool, W, t, N, K, X, m, Yp, N);
+			char bad[64] = "";
+			for (int r = 0; r < m; r++)
+				if (memcmp(Yg + (size_t)r * N, Yp + (size_t)r * N, sizeof(float) * N) != 0)
+					snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), "%s%d", *bad ? "," : "", r);
+			printf("  m=%d:%s", m, *bad ? bad : "ok");
+			fails += *bad != 0;
+			free(X);
+			free(Yg);
+			free(Yp);
+		}
+		printf("\n");
+		free(W);
+	}
+	pg_pool_destroy(pool);
+	ggml_backend_free(be);
+	return fails ? 1 : 0;
+}
