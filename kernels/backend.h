@@ -53,10 +53,14 @@ struct pg_mm_out {
 void pg_matmul_many(struct pg_pool *p, const struct pg_mm_out *outs, int count, int64_t k, const float *X,
 		    int64_t m);
 /* Same as pg_matmul, except that an activation row i with tb[i] set is
- * summed in the order llama.cpp's llamafile_sgemm (tinyBLAS) gives it, where
- * llama.cpp would take that path for this weight in a ubatch of two or more
- * rows (F32/F16 weights of suitable shape, on the SIMD tables): set tb[i]
- * for the tokens llama.cpp computes in such a ubatch. tb may be NULL. */
+ * summed in the order of llama.cpp's batched kernel for this weight, where
+ * it has one that rounds differently from its one-row kernel:
+ *  - F32/F16 (suitable shape, SIMD tables): llamafile_sgemm (tinyBLAS),
+ *    which llama.cpp takes for every row of a ubatch of two or more rows;
+ *  - Q4_K with n % 8 == 0: the repacked gemm, which llama.cpp takes for the
+ *    first rows - rows % 4 of the rows the matmul sees.
+ * The caller knows llama.cpp's ubatch and sets tb[i] accordingly (see
+ * pg_matmul_tb_applies for the weights where it matters). tb may be NULL. */
 void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k,
 		  const float *X, int64_t m, float *Y, int64_t ldy, const bool *tb);
 /* Whether pg_matmul_tb's flags change anything for this weight shape. */

@@ -26,6 +26,12 @@ struct attn_task {
 	bool tiled;
 };
 
+/* A row's flags for pg_matmul_tb: tinyBLAS's order for F32/F16 weights
+ * (tb), the repacked gemm's for Q4_K (g4). */
+struct row_order {
+	bool *tb, *g4;
+};
+
 struct fwd_ctx {
 	struct pg_pool *pool;
 	int max_tokens, n_ctx, n_threads;
@@ -36,10 +42,10 @@ struct fwd_ctx {
 	int *seq_start;          /* max_tokens + 1 */
 	struct attn_scratch *scr; /* one per thread */
 	int blk_cap;             /* block pointers each scratch holds */
-	/* Per token, whether its F32/F16 matmuls take tinyBLAS's order (see
-	 * plan_order): in every layer before the last one's FFN (tb_all), in
-	 * the last layer's FFN (tb_last), and per logits row (tb_out). */
-	bool *tb_all, *tb_last, *tb_out;
+	/* Per token, which of llama.cpp's two orders its matmuls take (see
+	 * plan_order): in every layer before the last one's FFN (all), in the
+	 * last layer's FFN (last), and per logits row (out). */
+	struct row_order all, last, out;
 };
 
 /* Tokens of one sequence that run ggml's tiled path together: as many as
@@ -83,10 +89,14 @@ struct fwd_ctx *fwd_ctx_create(const struct model *m, int max_tokens, int n_ctx,
 	c->tok_order = calloc(T, sizeof *c->tok_order);
 	c->seq_start = calloc(T + 1, sizeof *c->seq_start);
 	c->scr = calloc(c->n_threads, sizeof *c->scr);
-	c->tb_all = calloc(T, sizeof(bool));
-	c->tb_last = calloc(T, sizeof(bool));
-	c->tb_out = calloc(T, sizeof(bool));
-	if (!c->tb_all || !c->tb_last || !c->tb_out || !c->x || !c->xn || !c->out_rows || !c->q || !c->k || !c->v || !c->att || !c->gate ||
+	struct row_order *const ords[] = { &c->all, &c->last, &c->out };
+	bool ord_ok = true;
+	for (int i = 0; i < 3; i++) {
+		ords[i]->tb = calloc(T, sizeof(bool));
+		ords[i]->g4 = calloc(T, sizeof(bool));
+		ord_ok = ord_ok && ords[i]->tb && ords[i]->g4;
+	}
+	if (!ord_ok || !c->x || !c->xn || !c->out_rows || !c->q || !c->k || !c->v || !c->att || !c->gate ||
 	    !c->up || !c->tasks || !c->tok_order || !c->seq_start || !c->scr) {
 		fwd_ctx_free(c);
 		return NULL;
@@ -130,9 +140,11 @@ void fwd_ctx_free(struct fwd_ctx *c)
 	free(c->tasks);
 	free(c->tok_order);
 	free(c->seq_start);
-	free(c->tb_all);
-	free(c->tb_last);
-	free(c->tb_out);
+	struct row_order *const ords[] = { &c->all, &c->last, &c->out };
+	for (int i = 0; i < 3; i++) {
+		free(ords[i]->tb);
+		free(ords[i]->g4);
+	}
 	free(c);
 }
 
@@ -149,8 +161,9 @@ static struct pg_pool *pool_for(const struct fwd_ctx *c, double work)
 /* tb: per row, llama.cpp's tinyBLAS order where it would apply (see
  * plan_order). */
 static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, int n, float *y,
-		   const bool *tb)
+		   const struct row_order *o)
 {
+	const bool *tb = w->type == PG_TYPE_Q4_K ? o->g4 : o->tb;
 	pg_matmul_tb(pool_for(c, (double)w->rows * w->cols * n), w->data, w->type, w->rows, w->cols, x, n, y,
 		     w->rows, tb);
 }
@@ -159,12 +172,13 @@ static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float 
  * the input and one pool run, unless a row wants the tinyBLAS order (F32
  * and F16 weights only), which pg_matmul_tb alone gives. */
 static void matmul_many(struct fwd_ctx *c, const struct model_weight *const *w, float *const *y, int count,
-			const float *x, int n, const bool *tb)
+			const float *x, int n, const struct row_order *ord)
 {
 	struct pg_mm_out o[4];
 	double work = 0;
 	bool fuse = count <= 4;
 	for (int i = 0; fuse && i < count; i++) {
+		const bool *tb = w[i]->type == PG_TYPE_Q4_K ? ord->g4 : ord->tb;
 		if (pg_matmul_tb_applies(w[i]->type, w[i]->rows, w[i]->cols))
 			for (int t = 0; t < n; t++)
 				fuse = fuse && !tb[t];
@@ -173,7 +187,7 @@ static void matmul_many(struct fwd_ctx *c, const struct model_weight *const *w, 
 	}
 	if (!fuse) {
 		for (int i = 0; i < count; i++)
-			matmul(c, w[i], x, n, y[i], tb);
+			matmul(c, w[i], x, n, y[i], ord);
 		return;
 	}
 	pg_matmul_many(pool_for(c, work), o, count, w[0]->cols, x, n);
@@ -349,19 +363,28 @@ static int attn_plan(const struct model *m, struct fwd_ctx *c, const struct fwd_
  * wanted tokens of a ubatch are counted among its tokens in this step: the
  * engine puts a ubatch's tokens in one step in position order, and wants
  * at most its last prompt token (pagoda perplexity wants every token of
- * a window that is one ubatch). */
+ * a window that is one ubatch).
+ * Q4_K (repacked by llama.cpp): of the rows a matmul sees, the first
+ * rows - rows % 4 take the 4-row gemm and the rest the one-row gemv, which
+ * round differently too: by the token's place in its ubatch, or among the
+ * wanted rows of it in the last layer. */
 static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 {
 	int n_want = 0, n_seq = 0;
 	for (int t = 0; t < b->n; t++) {
-		c->tb_all[t] = (b->ubatch ? b->ubatch[t] : b->n) >= 2;
+		const int u = b->ubatch ? b->ubatch[t] : b->n, i = b->ubatch ? b->pos[t] % MODEL_UBATCH : t;
+		c->all.tb[t] = u >= 2;
+		c->all.g4[t] = i < u - u % 4;
 		n_want += b->want[t];
 		if (b->seq[t] + 1 > n_seq)
 			n_seq = b->seq[t] + 1;
 	}
 	if (!b->ubatch) { /* the whole batch is one ubatch */
-		for (int t = 0; t < b->n; t++)
-			c->tb_last[t] = c->tb_all[t] && n_want >= 2;
+		for (int t = 0, rank = 0; t < b->n; t++) {
+			c->last.tb[t] = c->all.tb[t] && n_want >= 2;
+			c->last.g4[t] = b->want[t] && rank < n_want - n_want % 4;
+			rank += b->want[t];
+		}
 		return;
 	}
 	for (int sq = 0; sq < n_seq; sq++) {
@@ -371,12 +394,16 @@ static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 			int w = 0;
 			for (i1 = i; i1 < end; i1++) {
 				const int u = c->tok_order[i1];
-				if (c->tb_all[u] != c->tb_all[t] || b->pos[u] / MODEL_UBATCH != win)
+				if (c->all.tb[u] != c->all.tb[t] || b->pos[u] / MODEL_UBATCH != win)
 					break;
 				w += b->want[u];
 			}
-			for (int q = i; q < i1; q++)
-				c->tb_last[c->tok_order[q]] = c->tb_all[t] && w >= 2;
+			for (int q = i, rank = 0; q < i1; q++) {
+				const int u = c->tok_order[q];
+				c->last.tb[u] = c->all.tb[t] && w >= 2;
+				c->last.g4[u] = b->want[u] && rank < w - w % 4;
+				rank += b->want[u];
+			}
 		}
 	}
 }
@@ -408,7 +435,7 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 			   hp->n_embd, hp->norm_eps);
 	const struct model_weight *qkv[] = { &ly->wq, &ly->wk, &ly->wv };
 	float *const qkv_out[] = { c->q, c->k, c->v };
-	matmul_many(c, qkv, qkv_out, 3, c->xn, n, c->tb_all);
+	matmul_many(c, qkv, qkv_out, 3, c->xn, n, &c->all);
 	add_bias(c->q, ly->bq, n, q_dim);
 	add_bias(c->k, ly->bk, n, kv_dim);
 	add_bias(c->v, ly->bv, n, kv_dim);
@@ -427,7 +454,7 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 	for (int t = 0; t < n; t++)
 		work += (double)(b->pos[t] + 1) * q_dim * 2;
 	pg_pool_run(pool_for(c, work), attn_worker, &job);
-	matmul(c, &ly->wo, c->att, n, c->xn, c->tb_all);
+	matmul(c, &ly->wo, c->att, n, c->xn, &c->all);
 	for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
 		c->x[i] += c->xn[i];
 }
@@ -436,19 +463,19 @@ static void ffn_layer(const struct model *m, struct fwd_ctx *c, int n, int l)
 {
 	const struct model_hparams *hp = &m->hp;
 	const struct model_layer *ly = &m->layers[l];
-	const bool *tb = l == hp->n_layer - 1 ? c->tb_last : c->tb_all;
+	const struct row_order *ord = l == hp->n_layer - 1 ? &c->last : &c->all;
 	for (int t = 0; t < n; t++)
 		pg_rmsnorm(c->xn + (size_t)t * hp->n_embd, c->x + (size_t)t * hp->n_embd, ly->ffn_norm,
 			   hp->n_embd, hp->norm_eps);
 	const struct model_weight *gu[] = { &ly->w_gate, &ly->w_up };
 	float *const gu_out[] = { c->gate, c->up };
-	matmul_many(c, gu, gu_out, 2, c->xn, n, tb);
+	matmul_many(c, gu, gu_out, 2, c->xn, n, ord);
 	/* per row, as ggml_vec_swiglu_f32: where n_ff is not a multiple of the
 	 * vector width, each row's tail takes libm's expf, not the vector one */
 	for (int t = 0; t < n; t++)
 		pg_swiglu(c->gate + (size_t)t * hp->n_ff, c->gate + (size_t)t * hp->n_ff, c->up + (size_t)t * hp->n_ff,
 			  hp->n_ff);
-	matmul(c, &ly->w_down, c->gate, n, c->xn, tb);
+	matmul(c, &ly->w_down, c->gate, n, c->xn, ord);
 	for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
 		c->x[i] += c->xn[i];
 }
@@ -478,11 +505,12 @@ int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, 
 	int n_out = 0;
 	for (int t = 0; t < b->n; t++)
 		if (b->want[t]) {
-			c->tb_out[n_out] = c->tb_last[t];
+			c->out.tb[n_out] = c->last.tb[t];
+			c->out.g4[n_out] = c->last.g4[t];
 			pg_rmsnorm(c->out_rows + (size_t)n_out++ * hp->n_embd, c->x + (size_t)t * hp->n_embd,
 				   m->output_norm, hp->n_embd, hp->norm_eps);
 		}
 	if (n_out)
-		matmul(c, &m->output, c->out_rows, n_out, b->logits, c->tb_out);
+		matmul(c, &m->output, c->out_rows, n_out, b->logits, &c->out);
 	return 0;
 }

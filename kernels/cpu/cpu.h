@@ -39,6 +39,10 @@ struct pg_kern {
 	pg_gemv8_fn gemv8[PG_TYPE_COUNT]; /* weights with n % 8 == 0; NULL: gemv */
 	pg_q4_0_x8_fn q4_0_x8; /* PG_TYPE_Q4_0_X8 (repack.h) */
 	pg_gemv8_fn q8_0_s127_row; /* PG_TYPE_Q8_0_S127, one activation row; NULL: gemv8[Q8_0] */
+	/* Q4_K, n % 8 == 0, in ggml_gemm_q4_K_8x8_q8_K's order: the rows
+	 * llama.cpp's repacked matmul takes 4 at a time (gemv8[Q4_K] is its
+	 * gemv's order, for the rest) */
+	pg_gemv8_fn q4_K_x8_pairs;
 	pg_from_float_fn from_float[PG_TYPE_COUNT]; /* indexed by vec-dot type */
 	const struct pg_act_pack *act_pack[PG_TYPE_COUNT]; /* by weight type; NULL: none */
 	void (*softmax)(float *x, int64_t n);

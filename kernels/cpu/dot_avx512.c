@@ -183,6 +183,7 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 	},
 	.q4_0_x8 = pg_q4_0_x8_avx512,
+	.q4_K_x8_pairs = gemv8_q4_K_pairs,
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = x86_f16_from_float,

@@ -424,12 +424,15 @@ static float dot_q4_0_x8(int64_t k, const block_q4_0 *w, const block_q8_0 *x)
 	return acc;
 }
 
-static float dot_q4_K_x8(int64_t k, const block_q4_K *w, const block_q8_K *x)
+/* pairs: ggml_gemm_q4_K_8x8_q8_K's order, one FMA per pair of sub-blocks
+ * (64 elements) in each chain instead of one per super-block. */
+static float dot_q4_K_x8_order(int64_t k, const block_q4_K *w, const block_q8_K *x, bool pairs)
 {
 	float acc = 0, accm = 0;
 	for (int64_t i = 0; i < k / QK_K; i++) {
 		const uint8_t *q = w[i].qs;
 		const int8_t *y = x[i].qs;
+		const float d = pg_f16_to_f32(w[i].d) * x[i].d, dm = pg_f16_to_f32(w[i].dmin) * x[i].d;
 		int isum = 0, msum = 0;
 		for (int g = 0; g < 4; g++, q += 32, y += 64) {
 			uint8_t sc0, m0, sc1, m1;
@@ -440,14 +443,32 @@ static float dot_q4_K_x8(int64_t k, const block_q4_K *w, const block_q8_K *x)
 				s0 += (q[l] & 0xF) * y[l];
 				s1 += (q[l] >> 4) * y[l + 32];
 			}
-			isum += sc0 * s0 + sc1 * s1;
-			msum += m0 * (x[i].bsums[4 * g] + x[i].bsums[4 * g + 1]) +
-				m1 * (x[i].bsums[4 * g + 2] + x[i].bsums[4 * g + 3]);
+			const int gi = sc0 * s0 + sc1 * s1;
+			const int gm = m0 * (x[i].bsums[4 * g] + x[i].bsums[4 * g + 1]) +
+				       m1 * (x[i].bsums[4 * g + 2] + x[i].bsums[4 * g + 3]);
+			if (pairs) {
+				acc = fmaf((float)gi, d, acc);
+				accm = fmaf((float)gm, dm, accm);
+			}
+			isum += gi;
+			msum += gm;
 		}
-		acc = fmaf((float)isum, pg_f16_to_f32(w[i].d) * x[i].d, acc);
-		accm = fmaf((float)msum, pg_f16_to_f32(w[i].dmin) * x[i].d, accm);
+		if (!pairs) {
+			acc = fmaf((float)isum, d, acc);
+			accm = fmaf((float)msum, dm, accm);
+		}
 	}
 	return acc - accm;
+}
+
+static float dot_q4_K_x8(int64_t k, const block_q4_K *w, const block_q8_K *x)
+{
+	return dot_q4_K_x8_order(k, w, x, false);
+}
+
+static float dot_q4_K_pairs_x8(int64_t k, const block_q4_K *w, const block_q8_K *x)
+{
+	return dot_q4_K_x8_order(k, w, x, true);
 }
 
 #define SCALAR_GEMV8(T, WT, XT)                                                                     \
@@ -462,6 +483,7 @@ static float dot_q4_K_x8(int64_t k, const block_q4_K *w, const block_q8_K *x)
 	}
 SCALAR_GEMV8(q4_0, block_q4_0, block_q8_0)
 SCALAR_GEMV8(q4_K, block_q4_K, block_q8_K)
+SCALAR_GEMV8(q4_K_pairs, block_q4_K, block_q8_K)
 
 /* ---- elementwise ----------------------------------------------------------- */
 
@@ -545,6 +567,7 @@ const struct pg_kern pg_kern_scalar = {
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 	},
 	.q4_0_x8 = pg_q4_0_x8_scalar,
+	.q4_K_x8_pairs = gemv8_q4_K_pairs,
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = pg_f16_from_float_scalar,

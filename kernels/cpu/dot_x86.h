@@ -722,12 +722,12 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 
 /* Per super-block: isum = Σ scale·(q·y) and msum = Σ min·(sum of 32 y),
  * acc += isum·(d·dy), accm += msum·(dmin·dy), result acc - accm, as
- * ggml_gemv_q4_K_8x8_q8_K. (ggml_gemm_q4_K_8x8_q8_K, which llama.cpp runs
- * on groups of 4 activation rows, adds per pair of sub-blocks instead; one
- * order must serve every m here, and the decode one is taken.) A super-
- * block is enough work to hide a scalar FMA chain, so rows go one by one. */
-ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
-				float *s, size_t bs)
+ * ggml_gemv_q4_K_8x8_q8_K. With pairs, as ggml_gemm_q4_K_8x8_q8_K, which
+ * llama.cpp runs on its ubatch's rows 4 at a time: the same two chains, one
+ * FMA per pair of sub-blocks (64 elements). A super-block is enough work to
+ * hide a scalar FMA chain, so rows go one by one. */
+ALWAYS_INLINE void q4_K_x8_order(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
+				 float *s, size_t bs, const int pairs)
 {
 	const __m256i lo4 = _mm256_set1_epi8(0x0F);
 	for (int j = 0; j < 8; j++) {
@@ -745,6 +745,10 @@ ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void 
 			__m256i is[PG_MAX_NR];
 			for (int r = 0; r < nr; r++)
 				is[r] = _mm256_setzero_si256();
+			/* d, dmin are the block's first 4 bytes */
+			uint32_t ddm;
+			memcpy(&ddm, &b->d, 4);
+			const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
 			for (int g = 0; g < 4; g++) {
 				const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
 				const __m256i ql = _mm256_and_si256(q, lo4);
@@ -752,16 +756,22 @@ ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void 
 				const __m256i sc0 = _mm256_set1_epi16(sm[2 * g]);
 				const __m256i sc1 = _mm256_set1_epi16(sm[2 * g + 1]);
 				for (int r = 0; r < nr; r++) {
-					const int8_t *y = XROW(block_q8_K, x, bx, r)[i].qs + 64 * g;
+					const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
+					const int8_t *y = xb->qs + 64 * g;
+					if (pairs)
+						is[r] = _mm256_setzero_si256();
 					is[r] = dot_us8_scaled(is[r], ql, _mm256_loadu_si256((const __m256i *)y), sc0);
 					is[r] = dot_us8_scaled(is[r], qhi, _mm256_loadu_si256((const __m256i *)(y + 32)), sc1);
+					if (!pairs)
+						continue;
+					/* the pair's min sum: lanes 2g and 2g+1 of min·(sum of 32) */
+					const int gm = sm[8 + 2 * g] * (xb->bsums[4 * g] + xb->bsums[4 * g + 1]) +
+						       sm[8 + 2 * g + 1] * (xb->bsums[4 * g + 2] + xb->bsums[4 * g + 3]);
+					const __m128i t = _mm_setr_epi32(hsum_epi32(is[r]), gm, 0, 0);
+					acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(t), _mm_mul_ps(dd, _mm_set1_ps(xb->d)), acc[r]);
 				}
 			}
-			/* d, dmin are the block's first 4 bytes */
-			uint32_t ddm;
-			memcpy(&ddm, &b->d, 4);
-			const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
-			for (int r = 0; r < nr; r++) {
+			for (int r = 0; !pairs && r < nr; r++) {
 				const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
 				const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins16);
 				/* lanes: isum, msum (and again) */
@@ -774,6 +784,18 @@ ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void 
 		for (int r = 0; r < nr; r++)
 			s[(size_t)r * bs + j] = _mm_cvtss_f32(acc[r]) - _mm_cvtss_f32(_mm_movehdup_ps(acc[r]));
 	}
+}
+
+ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
+				float *s, size_t bs)
+{
+	q4_K_x8_order(k, w, bw, x, bx, nr, s, bs, 0);
+}
+
+ALWAYS_INLINE void q4_K_pairs_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx,
+				      const int nr, float *s, size_t bs)
+{
+	q4_K_x8_order(k, w, bw, x, bx, nr, s, bs, 1);
 }
 
 /* Instantiates gemv_NAME(k, w, x, bx, nr, s, bs) from a tile body with the
@@ -834,6 +856,7 @@ static void gemv8_q8_0(int64_t k, const void *w, size_t bw, const void *x, size_
 	}
 }
 X86_GEMV8(q4_K, q4_K_x8_tile)
+X86_GEMV8(q4_K_pairs, q4_K_pairs_x8_tile)
 #ifndef PG_X86_VNNI
 /* pg_kern.q8_0_s127_row (nr == 1) */
 static void gemv8_q8_0_s127_row(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,

@@ -13,6 +13,12 @@
  *
  * The scalar table stands for ggml's generic build, where llamafile has
  * no F32/F16 kernel for x86 without AVX: it keeps vec_dot for every row.
+ *
+ * Q4_K with a multiple of 8 rows is the same story with other kernels:
+ * llama.cpp repacks it, and its matmul takes the first m - m % 4 rows of
+ * the ubatch 4 at a time (ggml_gemm_q4_K_8x8_q8_K) and the rest one by one
+ * (ggml_gemv_q4_K_8x8_q8_K), which add their partial sums in different
+ * orders. There the flag means the first kind, on every ISA.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -34,14 +40,21 @@ static pg_tb_fn tb_kernel(uint32_t wtype, int64_t n, int64_t k)
 	return NULL;
 }
 
+static bool q4_K_pairs_apply(uint32_t wtype, int64_t n)
+{
+	return wtype == PG_TYPE_Q4_K && n % 8 == 0 && pg_kern_get()->q4_K_x8_pairs;
+}
+
 bool pg_matmul_tb_applies(uint32_t wtype, int64_t n, int64_t k)
 {
-	return tb_kernel(wtype, n, k) != NULL;
+	return tb_kernel(wtype, n, k) != NULL || q4_K_pairs_apply(wtype, n);
 }
 
 struct tb_job {
 	pg_gemv_fn gemv; /* vec_dot order */
 	pg_tb_fn tb_fn;  /* tinyBLAS order */
+	pg_gemv8_fn g8, g8_tb; /* or Q4_K: gemv's order, gemm's */
+	uint32_t wtype;
 	const bool *tb;
 	const char *W;
 	size_t wrow, xrow;
@@ -57,7 +70,7 @@ static void tb_quant_job(void *a, int ith, int nth)
 {
 	struct tb_job *j = a;
 	for (int64_t i = ith; i < j->m; i += nth)
-		pg_quantize_act(PG_TYPE_F16, j->X + i * j->k, j->Xq + (size_t)i * j->xrow, j->k);
+		pg_quantize_act(j->wtype, j->X + i * j->k, j->Xq + (size_t)i * j->xrow, j->k);
 }
 
 /* As matmul.c's loop: chunks of weight rows from a shared counter; inside
@@ -81,6 +94,12 @@ static void tb_job_run(void *a, int ith, int nth)
 			const char *x = j->Xq + (size_t)i0 * j->xrow;
 			float *y = j->Y + i0 * j->ldy;
 			const int nr = (int)(i1 - i0);
+			if (j->g8) {
+				const pg_gemv8_fn f = tb ? j->g8_tb : j->g8;
+				for (int64_t r = r0; r < r1; r += 8)
+					f(j->k, j->W + (size_t)r * j->wrow, j->wrow, x, j->xrow, nr, y + r, (size_t)j->ldy);
+				continue;
+			}
 			if (tb) {
 				for (int64_t r = r0; r < r1; r += PG_TB_NW)
 					j->tb_fn(j->k, j->W + (size_t)r * j->wrow, j->wrow,
@@ -94,8 +113,9 @@ static void tb_job_run(void *a, int ith, int nth)
 	}
 }
 
-/* matmul.c's chunk size for the same shape, so both paths split alike. */
-static int64_t tb_chunk(int64_t n, size_t wrow, int64_t m, int nth)
+/* matmul.c's chunk size for the same shape, so both paths split alike;
+ * whole groups of 8 rows for the Q4_K kernels. */
+static int64_t tb_chunk(int64_t n, size_t wrow, int64_t m, int nth, bool by8)
 {
 	int64_t c = n / ((int64_t)nth * 8);
 	if (m > PG_MAX_NR) {
@@ -103,7 +123,8 @@ static int64_t tb_chunk(int64_t n, size_t wrow, int64_t m, int nth)
 		if (c > l2)
 			c = l2;
 	}
-	return c < 4 ? 4 : c;
+	c = c < 4 ? 4 : c;
+	return by8 ? (c + 7) & ~(int64_t)7 : c;
 }
 
 static _Thread_local struct {
@@ -131,8 +152,9 @@ void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, i
 		  int64_t m, float *Y, int64_t ldy, const bool *tb)
 {
 	const pg_tb_fn g = tb && m > 0 ? tb_kernel(wtype, n, k) : NULL;
+	const bool q4k = tb && m > 0 && q4_K_pairs_apply(wtype, n);
 	int64_t any = 0;
-	for (int64_t i = 0; g && i < m && !any; i++)
+	for (int64_t i = 0; (g || q4k) && i < m && !any; i++)
 		any = tb[i];
 	if (!any || n <= 0 || k <= 0) {
 		pg_matmul(p, W, wtype, n, k, X, m, Y, ldy);
@@ -141,6 +163,9 @@ void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, i
 	struct tb_job j = {
 		.gemv = pg_kern_get()->gemv[wtype],
 		.tb_fn = g,
+		.g8 = q4k ? pg_kern_get()->gemv8[wtype] : NULL,
+		.g8_tb = q4k ? pg_kern_get()->q4_K_x8_pairs : NULL,
+		.wtype = wtype,
 		.tb = tb,
 		.W = W,
 		.wrow = pg_row_size(wtype, (uint64_t)k),
@@ -163,7 +188,7 @@ void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, i
 		else
 			tb_quant_job(&j, 0, 1);
 	}
-	j.chunk = tb_chunk(n, j.wrow, m, pg_pool_size(p));
+	j.chunk = tb_chunk(n, j.wrow, m, pg_pool_size(p), q4k);
 	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
 	if ((n <= j.chunk && m <= PG_MAX_NR) || pg_pool_size(p) == 1)
 		tb_job_run(&j, 0, 1);

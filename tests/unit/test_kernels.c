@@ -634,6 +634,31 @@ static float ggml_q4_0_dot(const block_q4_0 *w, const block_q8_0 *y, int64_t nb,
 	return repacked ? acc : hsum_lanes8(lanes);
 }
 
+/* ggml_gemm_q4_K_8x8_q8_K: the repacked order with one FMA per pair of
+ * sub-blocks (64 elements) in each chain. */
+static float ggml_q4_K_gemm_dot(const block_q4_K *w, const block_q8_K *y, int64_t nb)
+{
+	float acc = 0, accm = 0;
+	for (int64_t b = 0; b < nb; b++) {
+		const float d = pg_f16_to_f32(w[b].d) * y[b].d, dm = pg_f16_to_f32(w[b].dmin) * y[b].d;
+		for (int p = 0; p < 4; p++) {
+			int I = 0, M = 0;
+			for (int h = 0; h < 2; h++) {
+				int sc, mn;
+				q4_K_scale_min(w[b].scales, 2 * p + h, &sc, &mn);
+				M += mn * (y[b].bsums[4 * p + 2 * h] + y[b].bsums[4 * p + 2 * h + 1]);
+				for (int e = 0; e < 32; e++) {
+					const uint8_t q = w[b].qs[32 * p + e];
+					I += sc * (h ? q >> 4 : q & 0xF) * y[b].qs[64 * p + 32 * h + e];
+				}
+			}
+			acc = fmaf((float)I, d, acc);
+			accm = fmaf((float)M, dm, accm);
+		}
+	}
+	return acc - accm;
+}
+
 static float ggml_q4_K_dot(const block_q4_K *w, const block_q8_K *y, int64_t nb, bool repacked)
 {
 	float acc = 0, accm = 0, lanes[8] = { 0 }, mlanes[4] = { 0 };
@@ -720,6 +745,52 @@ START_TEST(test_q4_order_is_ggml)
 			free(Xq);
 		}
 	}
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
+/* pg_matmul_tb on Q4_K: a flagged row in the gemm's order, the others in
+ * the gemv's, whatever the mix, the tiling and the threads. */
+START_TEST(test_q4_K_gemm_rows)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const uint32_t t = PG_TYPE_Q4_K;
+	const int64_t n = 24, k = 3 * QK_K, m = 11;
+	const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
+	void *W = make_weights(t, n, k, NULL);
+	float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
+	char *Xq = malloc(xr * (size_t)m);
+	fill(X, m * k, 2.0f);
+	ck_assert(pg_matmul_tb_applies(t, n, k));
+	ck_assert(!pg_matmul_tb_applies(t, n + 4, k)); /* not repacked: vec_dot for every row */
+	for (size_t a = 0; a < 3; a++) {
+		if (!pg_cpu_set_isa(all_isas[a]))
+			continue;
+		for (int64_t r = 0; r < m; r++)
+			pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
+		for (int pat = 0; pat < 3; pat++) {
+			bool tb[11];
+			for (int64_t r = 0; r < m; r++)
+				tb[r] = pat == 0 ? r < 8 : pat == 1 ? r % 3 != 1 : true;
+			pg_matmul_tb(pat == 2 ? NULL : pool, W, t, n, k, X, m, Y, n, tb);
+			for (int64_t r = 0; r < m; r++)
+				for (int64_t j = 0; j < n; j++) {
+					const block_q4_K *wj = (const void *)((const char *)W + (size_t)j * wr);
+					const block_q8_K *xq = (const void *)(Xq + (size_t)r * xr);
+					const float want = tb[r] ? ggml_q4_K_gemm_dot(wj, xq, k / QK_K)
+								 : ggml_q4_K_dot(wj, xq, k / QK_K, true);
+					ck_assert_msg(Y[r * n + j] == want, "%s pattern %d row %ld col %ld: %a != %a",
+						      all_isas[a], pat, (long)r, (long)j, Y[r * n + j], want);
+				}
+		}
+	}
+	free(W);
+	free(X);
+	free(Y);
+	free(Xq);
 	pg_pool_destroy(pool);
 	restore_isa();
 }
@@ -1213,6 +1284,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_float_dot_order_is_ggml);
 	tcase_add_test(tc, test_q4_order_is_ggml);
 	tcase_add_test(tc, test_q23_K_order_is_ggml);
+	tcase_add_test(tc, test_q4_K_gemm_rows);
 	tcase_add_test(tc, test_q3_K_extremes);
 	tcase_add_test(tc, test_q4_0_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
