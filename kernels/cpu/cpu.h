@@ -15,6 +15,8 @@
 /* Widest tile of activation rows a gemv kernel takes in one call: each
  * weight block is decoded once and used against this many rows. */
 #define PG_MAX_NR 4
+/* The same for pg_kern.q4_K_x8_pairs, whose per-block set-up is larger */
+#define PG_Q4K_PAIRS_NR 16
 
 /* s[r*bs] = dot(w, x + r*bx) for r < nr (1 <= nr <= PG_MAX_NR); w is one
  * weight row, x rows of the weight's vec-dot type; k elements. */
@@ -41,7 +43,7 @@ struct pg_kern {
 	pg_gemv8_fn q8_0_s127_row; /* PG_TYPE_Q8_0_S127, one activation row; NULL: gemv8[Q8_0] */
 	/* Q4_K, n % 8 == 0, in ggml_gemm_q4_K_8x8_q8_K's order: the rows
 	 * llama.cpp's repacked matmul takes 4 at a time (gemv8[Q4_K] is its
-	 * gemv's order, for the rest) */
+	 * gemv's order, for the rest); up to PG_Q4K_PAIRS_NR rows a call */
 	pg_gemv8_fn q4_K_x8_pairs;
 	pg_from_float_fn from_float[PG_TYPE_COUNT]; /* indexed by vec-dot type */
 	const struct pg_act_pack *act_pack[PG_TYPE_COUNT]; /* by weight type; NULL: none */

@@ -722,12 +722,11 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 
 /* Per super-block: isum = Σ scale·(q·y) and msum = Σ min·(sum of 32 y),
  * acc += isum·(d·dy), accm += msum·(dmin·dy), result acc - accm, as
- * ggml_gemv_q4_K_8x8_q8_K. With pairs, as ggml_gemm_q4_K_8x8_q8_K, which
- * llama.cpp runs on its ubatch's rows 4 at a time: the same two chains, one
- * FMA per pair of sub-blocks (64 elements). A super-block is enough work to
- * hide a scalar FMA chain, so rows go one by one. */
-ALWAYS_INLINE void q4_K_x8_order(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
-				 float *s, size_t bs, const int pairs)
+ * ggml_gemv_q4_K_8x8_q8_K, which llama.cpp runs on the rows its gemm
+ * does not take (q4_K_pairs_x8_tile). A super-block is enough work to hide
+ * a scalar FMA chain, so rows go one by one. */
+ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
+				float *s, size_t bs)
 {
 	const __m256i lo4 = _mm256_set1_epi8(0x0F);
 	for (int j = 0; j < 8; j++) {
@@ -745,10 +744,6 @@ ALWAYS_INLINE void q4_K_x8_order(int64_t k, const void *w, size_t bw, const void
 			__m256i is[PG_MAX_NR];
 			for (int r = 0; r < nr; r++)
 				is[r] = _mm256_setzero_si256();
-			/* d, dmin are the block's first 4 bytes */
-			uint32_t ddm;
-			memcpy(&ddm, &b->d, 4);
-			const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
 			for (int g = 0; g < 4; g++) {
 				const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
 				const __m256i ql = _mm256_and_si256(q, lo4);
@@ -756,22 +751,16 @@ ALWAYS_INLINE void q4_K_x8_order(int64_t k, const void *w, size_t bw, const void
 				const __m256i sc0 = _mm256_set1_epi16(sm[2 * g]);
 				const __m256i sc1 = _mm256_set1_epi16(sm[2 * g + 1]);
 				for (int r = 0; r < nr; r++) {
-					const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
-					const int8_t *y = xb->qs + 64 * g;
-					if (pairs)
-						is[r] = _mm256_setzero_si256();
+					const int8_t *y = XROW(block_q8_K, x, bx, r)[i].qs + 64 * g;
 					is[r] = dot_us8_scaled(is[r], ql, _mm256_loadu_si256((const __m256i *)y), sc0);
 					is[r] = dot_us8_scaled(is[r], qhi, _mm256_loadu_si256((const __m256i *)(y + 32)), sc1);
-					if (!pairs)
-						continue;
-					/* the pair's min sum: lanes 2g and 2g+1 of min·(sum of 32) */
-					const int gm = sm[8 + 2 * g] * (xb->bsums[4 * g] + xb->bsums[4 * g + 1]) +
-						       sm[8 + 2 * g + 1] * (xb->bsums[4 * g + 2] + xb->bsums[4 * g + 3]);
-					const __m128i t = _mm_setr_epi32(hsum_epi32(is[r]), gm, 0, 0);
-					acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(t), _mm_mul_ps(dd, _mm_set1_ps(xb->d)), acc[r]);
 				}
 			}
-			for (int r = 0; !pairs && r < nr; r++) {
+			/* d, dmin are the block's first 4 bytes */
+			uint32_t ddm;
+			memcpy(&ddm, &b->d, 4);
+			const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
+			for (int r = 0; r < nr; r++) {
 				const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
 				const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins16);
 				/* lanes: isum, msum (and again) */
@@ -786,16 +775,99 @@ ALWAYS_INLINE void q4_K_x8_order(int64_t k, const void *w, size_t bw, const void
 	}
 }
 
-ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
-				float *s, size_t bs)
+/* out[e] lane j = dword e of v[j] */
+ALWAYS_INLINE void transpose8x8_epi32(const __m256i *v, __m256i *out)
 {
-	q4_K_x8_order(k, w, bw, x, bx, nr, s, bs, 0);
+	__m256i t[8], u[8];
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+	}
+	for (int h = 0; h < 2; h++) {
+		u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+		u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+		u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+		u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+	}
+	for (int e = 0; e < 4; e++) {
+		out[e] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x20);
+		out[e + 4] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x31);
+	}
 }
 
-ALWAYS_INLINE void q4_K_pairs_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx,
-				      const int nr, float *s, size_t bs)
+/* ggml_gemm_q4_K_8x8_q8_K, which llama.cpp runs on its ubatch's rows 4 at
+ * a time: the two chains of q4_K_x8_tile with one FMA per pair of
+ * sub-blocks (64 elements) instead of one per super-block. Four times the
+ * FMAs, so here the 8 weight rows are the lanes, as in llama.cpp's
+ * repacked layout: per block the rows' quants are transposed in 4-byte
+ * units (lane j = row j), so each unit of 4 activations, broadcast, meets
+ * all 8 rows in one maddubs; a sub-block's 8 units add up in i16 (at most
+ * 8·2·15·127 = 30480) and one madd with the rows' scales gives each row's
+ * scaled sum in its lane. */
+static inline void q4_K_pairs_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr,
+				      float *s, size_t bs)
 {
-	q4_K_x8_order(k, w, bw, x, bx, nr, s, bs, 1);
+	__m256i q[8][8];  /* sub-block t, unit e: lane j = row j's 4 levels */
+	__m256i sc[8];    /* sub-block t: (scale, scale) in lane j */
+	__m256i mn[8];    /* sub-block t: min in lane j */
+	const __m256i lo4 = _mm256_set1_epi8(0x0F);
+	__m256 acc[PG_Q4K_PAIRS_NR], accm[PG_Q4K_PAIRS_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = accm[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		int32_t scs[8][8], mins[8][8];
+		for (int j = 0; j < 8; j++) {
+			uint8_t sm[16];
+			k4_scales((WROW(block_q4_K, w, bw, j) + i)->scales, sm);
+			for (int t = 0; t < 8; t++) {
+				scs[t][j] = sm[t] * 0x10001;
+				mins[t][j] = sm[8 + t];
+			}
+		}
+		for (int t = 0; t < 8; t++) {
+			sc[t] = _mm256_loadu_si256((const __m256i *)scs[t]);
+			mn[t] = _mm256_loadu_si256((const __m256i *)mins[t]);
+		}
+		for (int g = 0; g < 4; g++) {
+			__m256i v[8], tr[8];
+			for (int j = 0; j < 8; j++)
+				v[j] = _mm256_loadu_si256((const __m256i *)((WROW(block_q4_K, w, bw, j) + i)->qs + 32 * g));
+			transpose8x8_epi32(v, tr);
+			for (int e = 0; e < 8; e++) {
+				q[2 * g][e] = _mm256_and_si256(tr[e], lo4);
+				q[2 * g + 1][e] = _mm256_and_si256(_mm256_srli_epi16(tr[e], 4), lo4);
+			}
+		}
+		const __m256 dw = f16x8_strided(&WROW(block_q4_K, w, bw, 0)[i].d, bw);
+		const __m256 dmw = f16x8_strided(&WROW(block_q4_K, w, bw, 0)[i].dmin, bw);
+		for (int r = 0; r < nr; r++) {
+			const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
+			const __m256 dy = _mm256_set1_ps(xb->d);
+			const __m256 dd = _mm256_mul_ps(dw, dy), dm = _mm256_mul_ps(dmw, dy);
+			for (int g = 0; g < 4; g++) {
+				__m256i is = _mm256_setzero_si256();
+				for (int h = 0; h < 2; h++) {
+					const int8_t *y = xb->qs + 64 * g + 32 * h;
+					__m256i p16 = _mm256_setzero_si256();
+					#pragma GCC unroll 8
+					for (int e = 0; e < 8; e++) {
+						int32_t u;
+						memcpy(&u, y + 4 * e, 4);
+						p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q[2 * g + h][e], _mm256_set1_epi32(u)));
+					}
+					is = madd_acc(is, p16, sc[2 * g + h]);
+				}
+				acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[r]);
+				const __m256i b0 = _mm256_set1_epi32(xb->bsums[4 * g] + xb->bsums[4 * g + 1]);
+				const __m256i b1 = _mm256_set1_epi32(xb->bsums[4 * g + 2] + xb->bsums[4 * g + 3]);
+				const __m256i gm = _mm256_add_epi32(_mm256_mullo_epi32(mn[2 * g], b0),
+								    _mm256_mullo_epi32(mn[2 * g + 1], b1));
+				accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gm), dm, accm[r]);
+			}
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		_mm256_storeu_ps(s + (size_t)r * bs, _mm256_sub_ps(acc[r], accm[r]));
 }
 
 /* Instantiates gemv_NAME(k, w, x, bx, nr, s, bs) from a tile body with the
@@ -856,7 +928,13 @@ static void gemv8_q8_0(int64_t k, const void *w, size_t bw, const void *x, size_
 	}
 }
 X86_GEMV8(q4_K, q4_K_x8_tile)
-X86_GEMV8(q4_K_pairs, q4_K_pairs_x8_tile)
+/* up to PG_Q4K_PAIRS_NR activation rows: the block's transposed quants
+ * serve them all */
+static void gemv8_q4_K_pairs(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			     size_t bs)
+{
+	q4_K_pairs_x8_tile(k, w, bw, x, bx, nr, s, bs);
+}
 #ifndef PG_X86_VNNI
 /* pg_kern.q8_0_s127_row (nr == 1) */
 static void gemv8_q8_0_s127_row(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,

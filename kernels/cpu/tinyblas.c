@@ -89,7 +89,8 @@ static void tb_job_run(void *a, int ith, int nth)
 		const int64_t r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
 		for (int64_t i0 = 0, i1; i0 < j->m; i0 = i1) {
 			const bool tb = j->tb[i0];
-			for (i1 = i0 + 1; i1 < j->m && i1 - i0 < PG_MAX_NR && j->tb[i1] == tb; i1++)
+			const int64_t wide = j->g8 && tb ? PG_Q4K_PAIRS_NR : PG_MAX_NR;
+			for (i1 = i0 + 1; i1 < j->m && i1 - i0 < wide && j->tb[i1] == tb; i1++)
 				;
 			const char *x = j->Xq + (size_t)i0 * j->xrow;
 			float *y = j->Y + i0 * j->ldy;
