@@ -80,7 +80,7 @@ int main(void)
 {
 	static const uint32_t types[] = { PG_TYPE_F32, PG_TYPE_F16, PG_TYPE_Q4_K, PG_TYPE_Q4_0, PG_TYPE_Q8_0, PG_TYPE_Q2_K, PG_TYPE_Q3_K,
 					  PG_TYPE_Q5_K, PG_TYPE_Q6_K, PG_TYPE_Q5_0, PG_TYPE_Q4_1 };
-	static const int ms[] = { 1, 2, 3, 4, 5, 7, 8, 9, 13 };
+	static const int ms[] = { 1, 2, 3, 4, 5, 7, 8, 9, 13, 22 };
 	ggml_backend_t be = ggml_backend_cpu_init();
 	ggml_backend_cpu_set_n_threads(be, 2);
 	struct pg_pool *pool = pg_pool_create(2);
@@ -103,11 +103,11 @@ int main(void)
 			for (int i = 0; i < K * m; i++)
 				X[i] = frand() * 3.0f;
 			ggml_y(be, t, W, X, m, Yg);
-			bool tb[16];
+			bool tb[32];
 			for (int r = 0; r < m; r++)
 				tb[r] = t == PG_TYPE_Q4_K ? r < m - m % 4 : m >= 2;
 			pg_matmul_tb(pool, W, t, N, K, X, m, Yp, N, tb);
-			char bad[64] = "";
+			char bad[128] = "";
 			for (int r = 0; r < m; r++)
 				if (memcmp(Yg + (size_t)r * N, Yp + (size_t)r * N, sizeof(float) * N) != 0)
 					snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), "%s%d", *bad ? "," : "", r);

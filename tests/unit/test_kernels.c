@@ -758,7 +758,7 @@ START_TEST(test_q4_K_gemm_rows)
 	struct pg_pool *pool = pg_pool_create(3);
 	ck_assert_ptr_nonnull(pool);
 	const uint32_t t = PG_TYPE_Q4_K;
-	const int64_t n = 24, k = 3 * QK_K, m = 11;
+	const int64_t n = 24, k = 3 * QK_K, m = 21;
 	const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
 	void *W = make_weights(t, n, k, NULL);
 	float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
@@ -772,7 +772,7 @@ START_TEST(test_q4_K_gemm_rows)
 		for (int64_t r = 0; r < m; r++)
 			pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
 		for (int pat = 0; pat < 3; pat++) {
-			bool tb[11];
+			bool tb[21];
 			for (int64_t r = 0; r < m; r++)
 				tb[r] = pat == 0 ? r < 8 : pat == 1 ? r % 3 != 1 : true;
 			pg_matmul_tb(pat == 2 ? NULL : pool, W, t, n, k, X, m, Y, n, tb);
