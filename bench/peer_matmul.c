@@ -5,7 +5,7 @@
  * pg_matmul_tb on the same weights and the same f32 activations, for
  * batches of 1 to 13 rows, each row flagged as llama.cpp's ubatch would
  * compute it (F32/F16: tinyBLAS from 2 rows; Q4_K: the 4-row gemm for the
- * first m - m % 4). Prints, per type and batch, which rows
+ * first m - m % 4); Q4_K also as the loader repacks it (PG_TYPE_Q4_K_X8). Prints, per type and batch, which rows
  * differ; exit 1 if any does. pagoda's F32/F16 kernels follow llama.cpp's
  * AVX-512 build (the reference's), so against a llama.cpp built for AVX2
  * they differ by design and are reported but not counted. Not part of `make check`: CI has no
@@ -26,6 +26,7 @@
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/repack.h"
 
 #define N 64
 #define K 1024
@@ -95,6 +96,9 @@ int main(void)
 				row[i] = frand() * (j % 3 ? 1.0f : 0.05f);
 			pg_quantize_row(t, row, W + wr * j, K);
 		}
+		void *Wx = NULL;
+		if (t == PG_TYPE_Q4_K && posix_memalign(&Wx, 64, pg_q4_K_x8_size(N, K)) == 0)
+			pg_q4_K_x8_repack(W, Wx, N, K);
 		printf("%-5s", pg_type_name(t));
 		for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
 			const int m = ms[mi];
@@ -111,6 +115,13 @@ int main(void)
 			for (int r = 0; r < m; r++)
 				if (memcmp(Yg + (size_t)r * N, Yp + (size_t)r * N, sizeof(float) * N) != 0)
 					snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), "%s%d", *bad ? "," : "", r);
+			if (Wx) { /* and as the loader repacks it */
+				pg_matmul_tb(pool, Wx, PG_TYPE_Q4_K_X8, N, K, X, m, Yp, N, tb);
+				for (int r = 0; r < m; r++)
+					if (memcmp(Yg + (size_t)r * N, Yp + (size_t)r * N, sizeof(float) * N) != 0)
+						snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), "%sx8:%d",
+							 *bad ? "," : "", r);
+			}
 			printf("  m=%d:%s", m, *bad ? bad : "ok");
 			fails += *bad != 0 && (ggml_cpu_has_avx512() || (t != PG_TYPE_F32 && t != PG_TYPE_F16));
 			free(X);
@@ -121,6 +132,7 @@ int main(void)
 			printf("  (not counted: this llama.cpp is not its AVX-512 build)");
 		printf("\n");
 		free(W);
+		free(Wx);
 	}
 	pg_pool_destroy(pool);
 	ggml_backend_free(be);

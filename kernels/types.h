@@ -40,7 +40,10 @@ enum pg_type {
 	 * (-128 is no quantizer's output, but a file may hold it). Same
 	 * layout; kernels may then take |y| and sign(w, y), which -128 breaks. */
 	PG_TYPE_Q8_0_S127 = 39,
-	PG_TYPE_COUNT = 40,
+	/* Internal: Q4_K weights repacked at load into groups of 8 rows with
+	 * the rows as vector lanes (kernels/cpu/repack.h). */
+	PG_TYPE_Q4_K_X8 = 40,
+	PG_TYPE_COUNT = 41,
 };
 
 #define QK4_0 32

@@ -163,7 +163,7 @@ static struct pg_pool *pool_for(const struct fwd_ctx *c, double work)
 static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, int n, float *y,
 		   const struct row_order *o)
 {
-	const bool *tb = w->type == PG_TYPE_Q4_K ? o->g4 : o->tb;
+	const bool *tb = (w->type == PG_TYPE_Q4_K || w->type == PG_TYPE_Q4_K_X8) ? o->g4 : o->tb;
 	pg_matmul_tb(pool_for(c, (double)w->rows * w->cols * n), w->data, w->type, w->rows, w->cols, x, n, y,
 		     w->rows, tb);
 }
@@ -178,7 +178,7 @@ static void matmul_many(struct fwd_ctx *c, const struct model_weight *const *w, 
 	double work = 0;
 	bool fuse = count <= 4;
 	for (int i = 0; fuse && i < count; i++) {
-		const bool *tb = w[i]->type == PG_TYPE_Q4_K ? ord->g4 : ord->tb;
+		const bool *tb = (w[i]->type == PG_TYPE_Q4_K || w[i]->type == PG_TYPE_Q4_K_X8) ? ord->g4 : ord->tb;
 		if (pg_matmul_tb_applies(w[i]->type, w[i]->rows, w[i]->cols))
 			for (int t = 0; t < n; t++)
 				fuse = fuse && !tb[t];

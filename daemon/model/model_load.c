@@ -213,9 +213,9 @@ static uint32_t dominant_type(const struct model *m)
  * output) move into one anonymous mapping backed by huge pages: a decode
  * step reads all of them, and from 4 KiB file pages it pays a TLB miss
  * every 4 KiB (measured here: the matmuls of a Q8_0 decode step 12% faster
- * from the copy). Q4_0 matrices with a multiple of 8 rows, the ones
- * llama.cpp repacks (q4_0_8x8), go in the 8-row layout of
- * kernels/cpu/repack.h; their kernels keep llama.cpp's order. The rest are
+ * from the copy). Q4_0 and Q4_K matrices with a multiple of 8 rows, the
+ * ones llama.cpp repacks (q4_0_8x8, q4_K_8x8), go in the 8-row layouts of
+ * kernels/cpu/repack.h; their kernels keep llama.cpp's orders. The rest are
  * copied as they are. The token embedding is read by rows, not multiplied,
  * and stays where it is (an output tied to it stays too, unless it is
  * repacked). The file pages a matrix came from are dropped from the file's
@@ -227,7 +227,19 @@ static uint32_t dominant_type(const struct model *m)
  * without swap cannot. */
 static bool repackable(const struct model_weight *w)
 {
-	return w->type == PG_TYPE_Q4_0 && w->rows % 8 == 0 && w->cols % QK4_0 == 0;
+	return (w->type == PG_TYPE_Q4_0 && w->rows % 8 == 0 && w->cols % QK4_0 == 0) ||
+	       (w->type == PG_TYPE_Q4_K && w->rows % 8 == 0 && w->cols % QK_K == 0);
+}
+
+/* The type a repackable matrix takes in the copy, and the copy's bytes. */
+static uint32_t repacked_type(const struct model_weight *w)
+{
+	return w->type == PG_TYPE_Q4_K ? PG_TYPE_Q4_K_X8 : PG_TYPE_Q4_0_X8;
+}
+
+static size_t repacked_bytes(const struct model_weight *w)
+{
+	return w->type == PG_TYPE_Q4_K ? pg_q4_K_x8_size(w->rows, w->cols) : pg_q4_0_x8_size(w->rows, w->cols);
 }
 
 static size_t matrix_bytes(const struct model_weight *w)
@@ -254,7 +266,7 @@ static void drop_file_pages(const struct model *m, const struct model_weight *w)
 
 static size_t placed_bytes(const struct model_weight *w)
 {
-	const size_t n = repackable(w) ? pg_q4_0_x8_size(w->rows, w->cols) : matrix_bytes(w);
+	const size_t n = repackable(w) ? repacked_bytes(w) : matrix_bytes(w);
 	return (n + 63) & ~(size_t)63;
 }
 
@@ -302,9 +314,15 @@ static void *place_part(void *a)
 			continue;
 		}
 		const int64_t ng = w->rows / 8, g0 = ng * pw->ith / pw->nth, g1 = ng * (pw->ith + 1) / pw->nth;
-		if (g1 > g0)
-			pg_q4_0_x8_repack((const uint8_t *)w->data + (size_t)g0 * 8 * wrow,
-					  dst + (size_t)g0 * PG_X8_GROUP_BYTES(w->cols / QK4_0), (g1 - g0) * 8, w->cols);
+		if (g1 <= g0)
+			continue;
+		const uint8_t *src = (const uint8_t *)w->data + (size_t)g0 * 8 * wrow;
+		if (w->type == PG_TYPE_Q4_K)
+			pg_q4_K_x8_repack(src, dst + (size_t)g0 * PG_Q4KX8_GROUP_BYTES(w->cols / QK_K), (g1 - g0) * 8,
+					  w->cols);
+		else
+			pg_q4_0_x8_repack(src, dst + (size_t)g0 * PG_X8_GROUP_BYTES(w->cols / QK4_0), (g1 - g0) * 8,
+					  w->cols);
 	}
 	return NULL;
 }
@@ -406,7 +424,7 @@ static int place_weights(struct loader *l)
 		drop_file_pages(m, w);
 		w->data = (uint8_t *)p + off[i];
 		if (repackable(w))
-			w->type = PG_TYPE_Q4_0_X8;
+			w->type = repacked_type(w);
 		else if (w->type == PG_TYPE_Q8_0 && !atomic_load(&m128[i]))
 			w->type = PG_TYPE_Q8_0_S127;
 	}

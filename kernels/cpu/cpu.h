@@ -41,10 +41,11 @@ struct pg_kern {
 	pg_gemv8_fn gemv8[PG_TYPE_COUNT]; /* weights with n % 8 == 0; NULL: gemv */
 	pg_q4_0_x8_fn q4_0_x8; /* PG_TYPE_Q4_0_X8 (repack.h) */
 	pg_gemv8_fn q8_0_s127_row; /* PG_TYPE_Q8_0_S127, one activation row; NULL: gemv8[Q8_0] */
-	/* Q4_K, n % 8 == 0, in ggml_gemm_q4_K_8x8_q8_K's order: the rows
-	 * llama.cpp's repacked matmul takes 4 at a time (gemv8[Q4_K] is its
-	 * gemv's order, for the rest); up to PG_Q4K_PAIRS_NR rows a call */
-	pg_gemv8_fn q4_K_x8_pairs;
+	/* Where llama.cpp's repacked gemm sums in another order than its gemv
+	 * (Q4_K, n % 8 == 0: ggml_gemm_q4_K_8x8_q8_K, for the rows its matmul
+	 * takes 4 at a time): that order, up to PG_Q4K_PAIRS_NR rows a call.
+	 * gemv8 is the gemv's order, for the rest. */
+	pg_gemv8_fn gemm8[PG_TYPE_COUNT];
 	pg_from_float_fn from_float[PG_TYPE_COUNT]; /* indexed by vec-dot type */
 	const struct pg_act_pack *act_pack[PG_TYPE_COUNT]; /* by weight type; NULL: none */
 	void (*softmax)(float *x, int64_t n);
@@ -102,6 +103,10 @@ size_t pg_q8_0_quad_bytes_avx2(int64_t k);
 void pg_q8_0_pack_quads_avx2(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t qstride);
 void pg_gemv8_q8_0_quads_avx2(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 			      size_t bs);
+
+/* Bytes from one weight row to the next as the kernels step (for the
+ * 8-row layouts a group's bytes / 8); 0 for a type no kernel takes. */
+size_t pg_wrow_bytes(uint32_t wtype, int64_t k);
 
 /* The table in use (dispatch.c). */
 const struct pg_kern *pg_kern_get(void);

@@ -181,9 +181,13 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,
 		[PG_TYPE_Q8_0] = gemv8_q8_0,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
+		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
+	},
+	.gemm8 = {
+		[PG_TYPE_Q4_K] = gemv8_q4_K_pairs,
+		[PG_TYPE_Q4_K_X8] = gemm8_q4_K_x8r,
 	},
 	.q4_0_x8 = pg_q4_0_x8_avx512,
-	.q4_K_x8_pairs = gemv8_q4_K_pairs,
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = x86_f16_from_float,

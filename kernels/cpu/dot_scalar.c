@@ -485,6 +485,60 @@ SCALAR_GEMV8(q4_0, block_q4_0, block_q8_0)
 SCALAR_GEMV8(q4_K, block_q4_K, block_q8_K)
 SCALAR_GEMV8(q4_K_pairs, block_q4_K, block_q8_K)
 
+/* PG_TYPE_Q4_K_X8 (repack.h): row j of the group, in the gemv's order or
+ * (pairs) the gemm's, as dot_q4_K_x8_order computes them from the file's
+ * blocks. */
+static float dot_q4_K_x8r(int64_t k, const uint8_t *grp, int j, const block_q8_K *x, bool pairs)
+{
+	float acc = 0, accm = 0;
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *sb = grp + (size_t)i * PG_Q4KX8_SB;
+		pg_f16 d16, dm16;
+		memcpy(&d16, sb + 1152 + 2 * j, 2);
+		memcpy(&dm16, sb + 1168 + 2 * j, 2);
+		const float d = pg_f16_to_f32(d16) * x[i].d, dm = pg_f16_to_f32(dm16) * x[i].d;
+		int isum = 0, msum = 0;
+		for (int g = 0; g < 4; g++) {
+			int gi = 0, gm = 0;
+			for (int h = 0; h < 2; h++) {
+				const int t = 2 * g + h;
+				int sum = 0;
+				for (int e = 0; e < 8; e++)
+					for (int b = 0; b < 4; b++) {
+						const uint8_t q = sb[32 * (8 * g + e) + 4 * j + b];
+						sum += (h ? q >> 4 : q & 0xF) * x[i].qs[64 * g + 32 * h + 4 * e + b];
+					}
+				gi += sb[1024 + 8 * t + j] * sum;
+				gm += sb[1088 + 8 * t + j] * (x[i].bsums[2 * t] + x[i].bsums[2 * t + 1]);
+			}
+			if (pairs) {
+				acc = fmaf((float)gi, d, acc);
+				accm = fmaf((float)gm, dm, accm);
+			}
+			isum += gi;
+			msum += gm;
+		}
+		if (!pairs) {
+			acc = fmaf((float)isum, d, acc);
+			accm = fmaf((float)msum, dm, accm);
+		}
+	}
+	return acc - accm;
+}
+
+#define SCALAR_Q4KX8(NAME, PAIRS)                                                                   \
+	static void NAME(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, \
+			 size_t bs)                                                                      \
+	{                                                                                           \
+		(void)bw;                                                                           \
+		for (int r = 0; r < nr; r++)                                                        \
+			for (int j = 0; j < 8; j++)                                                 \
+				s[(size_t)r * bs + j] = dot_q4_K_x8r(                               \
+					k, w, j, (const block_q8_K *)((const char *)x + (size_t)r * bx), PAIRS); \
+	}
+SCALAR_Q4KX8(gemv8_q4_K_x8r, false)
+SCALAR_Q4KX8(gemm8_q4_K_x8r, true)
+
 /* ---- elementwise ----------------------------------------------------------- */
 
 /* ggml_soft_max's tail: the sum was taken in double; scale by its inverse
@@ -565,9 +619,13 @@ const struct pg_kern pg_kern_scalar = {
 	.gemv8 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
+		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
+	},
+	.gemm8 = {
+		[PG_TYPE_Q4_K] = gemv8_q4_K_pairs,
+		[PG_TYPE_Q4_K_X8] = gemm8_q4_K_x8r,
 	},
 	.q4_0_x8 = pg_q4_0_x8_scalar,
-	.q4_K_x8_pairs = gemv8_q4_K_pairs,
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = pg_f16_from_float_scalar,

@@ -870,6 +870,112 @@ static inline void q4_K_pairs_x8_tile(int64_t k, const void *w, size_t bw, const
 		_mm256_storeu_ps(s + (size_t)r * bs, _mm256_sub_ps(acc[r], accm[r]));
 }
 
+/* PG_TYPE_Q4_K_X8 (repack.h): q4_K_pairs_x8_tile's arithmetic on the
+ * layout it builds per block, built once at load. pairs: the gemm's order
+ * (one FMA per pair of sub-blocks), else the gemv's (one per super-block).
+ * One activation row (decode) unpacks the nibbles as it goes; more rows
+ * unpack each block once into scratch. */
+ALWAYS_INLINE __m256i q4kx8_pair(const uint8_t *sb, const __m256i *pre, const int8_t *y, int g)
+{
+	const __m256i lo4 = _mm256_set1_epi8(0x0F);
+	__m256i is = _mm256_setzero_si256();
+	for (int h = 0; h < 2; h++) {
+		__m256i p16 = _mm256_setzero_si256();
+		#pragma GCC unroll 8
+		for (int e = 0; e < 8; e++) {
+			__m256i q;
+			if (pre) {
+				q = pre[16 * g + 8 * h + e];
+			} else {
+				q = _mm256_loadu_si256((const __m256i *)(sb + 32 * (8 * g + e)));
+				q = _mm256_and_si256(h ? _mm256_srli_epi16(q, 4) : q, lo4);
+			}
+			int32_t u;
+			memcpy(&u, y + 64 * g + 32 * h + 4 * e, 4);
+			p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q, _mm256_set1_epi32(u)));
+		}
+		const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 1024 + 8 * (2 * g + h))));
+		is = madd_acc(is, p16, _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
+	}
+	return is;
+}
+
+ALWAYS_INLINE void q4kx8_rows(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs,
+			      const int pairs, const int unpacked)
+{
+	const __m256i lo4 = _mm256_set1_epi8(0x0F);
+	__m256i pre[64];
+	__m256 acc[PG_Q4K_PAIRS_NR], accm[PG_Q4K_PAIRS_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = accm[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *sb = (const uint8_t *)w + (size_t)i * PG_Q4KX8_SB;
+		/* The run is linear (the next group follows the last block), but
+		 * each block is read out of order, which the hardware prefetchers
+		 * follow poorly: fetch 4 blocks ahead, in step. */
+		for (int l = 0; l < PG_Q4KX8_SB; l += 64)
+			_mm_prefetch((const char *)sb + 4 * PG_Q4KX8_SB + l, _MM_HINT_T0);
+		if (unpacked)
+			for (int g = 0; g < 4; g++)
+				for (int e = 0; e < 8; e++) {
+					const __m256i q = _mm256_loadu_si256((const __m256i *)(sb + 32 * (8 * g + e)));
+					pre[16 * g + e] = _mm256_and_si256(q, lo4);
+					pre[16 * g + 8 + e] = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+				}
+		__m256i mn[8];
+		for (int t = 0; t < 8; t++)
+			mn[t] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 1088 + 8 * t)));
+		const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 1152)));
+		const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 1168)));
+		for (int r = 0; r < nr; r++) {
+			const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
+			const __m256 dy = _mm256_set1_ps(xb->d);
+			const __m256 dd = _mm256_mul_ps(dw, dy), dm = _mm256_mul_ps(dmw, dy);
+			__m256i isum = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
+			for (int g = 0; g < 4; g++) {
+				const __m256i is = q4kx8_pair(sb, unpacked ? pre : NULL, xb->qs, g);
+				const __m256i b0 = _mm256_set1_epi32(xb->bsums[4 * g] + xb->bsums[4 * g + 1]);
+				const __m256i b1 = _mm256_set1_epi32(xb->bsums[4 * g + 2] + xb->bsums[4 * g + 3]);
+				const __m256i gm = _mm256_add_epi32(_mm256_mullo_epi32(mn[2 * g], b0),
+								    _mm256_mullo_epi32(mn[2 * g + 1], b1));
+				if (pairs) {
+					acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[r]);
+					accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gm), dm, accm[r]);
+				} else {
+					isum = _mm256_add_epi32(isum, is);
+					msum = _mm256_add_epi32(msum, gm);
+				}
+			}
+			if (!pairs) {
+				acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[r]);
+				accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), dm, accm[r]);
+			}
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		_mm256_storeu_ps(s + (size_t)r * bs, _mm256_sub_ps(acc[r], accm[r]));
+}
+
+static void gemv8_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			   size_t bs)
+{
+	(void)bw;
+	if (nr == 1)
+		q4kx8_rows(k, w, x, bx, 1, s, bs, 0, 0);
+	else
+		q4kx8_rows(k, w, x, bx, nr, s, bs, 0, 1);
+}
+
+static void gemm8_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			   size_t bs)
+{
+	(void)bw;
+	if (nr == 1)
+		q4kx8_rows(k, w, x, bx, 1, s, bs, 1, 0);
+	else
+		q4kx8_rows(k, w, x, bx, nr, s, bs, 1, 1);
+}
+
 /* Instantiates gemv_NAME(k, w, x, bx, nr, s, bs) from a tile body with the
  * row count a compile-time constant, so the per-row arrays live in
  * registers. */

@@ -49,10 +49,18 @@ uint32_t pg_vec_dot_type(uint32_t wtype)
 	case PG_TYPE_Q2_K:
 	case PG_TYPE_Q3_K:
 	case PG_TYPE_Q4_K:
+	case PG_TYPE_Q4_K_X8:
 	case PG_TYPE_Q5_K:
 	case PG_TYPE_Q6_K: return PG_TYPE_Q8_K;
 	default: return PG_TYPE_COUNT;
 	}
+}
+
+size_t pg_wrow_bytes(uint32_t wtype, int64_t k)
+{
+	if (wtype == PG_TYPE_Q4_K_X8)
+		return k > 0 && k % QK_K == 0 ? PG_Q4KX8_GROUP_BYTES(k / QK_K) / 8 : 0;
+	return k < 0 ? 0 : pg_row_size(wtype, (uint64_t)k);
 }
 
 bool pg_type_supported(uint32_t type)
@@ -265,7 +273,7 @@ static bool setup(struct mm_job *j, const void *W, uint32_t wtype, int64_t n, in
 	if (vt == PG_TYPE_COUNT || n <= 0 || m <= 0 || k <= 0)
 		return false;
 	j->wtype = wtype;
-	j->wrow = pg_row_size(wtype, (uint64_t)k);
+	j->wrow = pg_wrow_bytes(wtype, k);
 	j->xrow = pg_row_size(vt, (uint64_t)k);
 	if (!j->wrow || !j->xrow)
 		return false;

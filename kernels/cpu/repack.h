@@ -59,6 +59,30 @@ void pg_q4_0_x8_repack(const void *src, void *dst, int64_t n, int64_t k);
  * the matrices without one PG_TYPE_Q8_0_S127. */
 bool pg_q8_0_has_m128(const void *src, int64_t nb);
 
+/* ---- Q4_K, 8 rows at a time (PG_TYPE_Q4_K_X8) --------------------------------
+ *
+ * llama.cpp repacks Q4_K weights with a multiple of 8 rows (q4_K_8x8). Its
+ * gemv keeps per output two float chains (scaled sums, mins) with one FMA
+ * per super-block each; its gemm, which takes a ubatch's rows 4 at a time,
+ * one per pair of sub-blocks. This layout serves both with the 8 rows as
+ * the lanes of a vector, so no sum is ever horizontal. A group of 8 rows is
+ * nb super-blocks of PG_Q4KX8_SB bytes, padded to a multiple of 64:
+ *   [0, 1024): the quant bytes transposed in 4-byte units: unit e (0..7) of
+ *     pair g (0..3) at 32·(8g + e), row j's qs[32g + 4e .. 32g + 4e + 3] at
+ *     +4j (low nibbles: sub-block 2g, its elements 4e..4e+3; high: 2g+1);
+ *   [1024, 1088): the 6-bit scales, sub-block t's at 1024 + 8t, row j's +j;
+ *   [1088, 1152): the mins, likewise;
+ *   [1152, 1168): the rows' d (f16); [1168, 1184): their dmin.
+ * As with Q4_0_X8, the layout is the same for every ISA. Kernels take a
+ * group through pg_kern.gemv8 with a row stride of a group's bytes / 8. */
+#define PG_Q4KX8_SB 1184
+#define PG_Q4KX8_GROUP_BYTES(nb) ((((size_t)(nb) * PG_Q4KX8_SB) + 63) & ~(size_t)63)
+
+/* Bytes of the repacked copy of n rows (n % 8 == 0) of k (k % 256 == 0). */
+size_t pg_q4_K_x8_size(int64_t n, int64_t k);
+/* Repacks n rows of Q4_K (k elements each, contiguous) into dst. */
+void pg_q4_K_x8_repack(const void *src, void *dst, int64_t n, int64_t k);
+
 /* Q8_0 blocks to pg_q8x blocks, nb of them. */
 void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb);
 

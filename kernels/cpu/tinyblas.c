@@ -42,7 +42,7 @@ static pg_tb_fn tb_kernel(uint32_t wtype, int64_t n, int64_t k)
 
 static bool q4_K_pairs_apply(uint32_t wtype, int64_t n)
 {
-	return wtype == PG_TYPE_Q4_K && n % 8 == 0 && pg_kern_get()->q4_K_x8_pairs;
+	return n % 8 == 0 && pg_kern_get()->gemm8[wtype];
 }
 
 bool pg_matmul_tb_applies(uint32_t wtype, int64_t n, int64_t k)
@@ -165,11 +165,11 @@ void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, i
 		.gemv = pg_kern_get()->gemv[wtype],
 		.tb_fn = g,
 		.g8 = q4k ? pg_kern_get()->gemv8[wtype] : NULL,
-		.g8_tb = q4k ? pg_kern_get()->q4_K_x8_pairs : NULL,
+		.g8_tb = q4k ? pg_kern_get()->gemm8[wtype] : NULL,
 		.wtype = wtype,
 		.tb = tb,
 		.W = W,
-		.wrow = pg_row_size(wtype, (uint64_t)k),
+		.wrow = pg_wrow_bytes(wtype, k),
 		.xrow = pg_act_row_size(wtype, k),
 		.n = n,
 		.k = k,

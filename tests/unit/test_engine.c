@@ -214,10 +214,11 @@ END_TEST
  * tokens at a time, beside another request, must give the same tokens as
  * the same prompt prefilled in one step. synth-kq has head_dim 64, so the
  * tiled path is taken on every SIMD ISA. */
-static void run_long_prompt(struct engine_opts o, const int32_t *prompt, int n, bool with_other, struct out *res)
+static void run_model_prompt(const char *model, struct engine_opts o, const int32_t *prompt, int n, bool with_other,
+			     struct out *res)
 {
 	char path[4096], err[512];
-	ck_assert(testdata_path(path, sizeof path, "models/synth-kq-Q8_0.gguf") == 0);
+	ck_assert(testdata_path(path, sizeof path, model) == 0);
 	o.model_path = path;
 	o.threads = 2;
 	struct engine *e;
@@ -233,6 +234,11 @@ static void run_long_prompt(struct engine_opts o, const int32_t *prompt, int n, 
 	drain(e);
 	ck_assert(res->done && res->n > 0);
 	engine_destroy(e);
+}
+
+static void run_long_prompt(struct engine_opts o, const int32_t *prompt, int n, bool with_other, struct out *res)
+{
+	run_model_prompt("models/synth-kq-Q8_0.gguf", o, prompt, n, with_other, res);
 }
 
 START_TEST(test_attention_path_independent_of_chunking)
@@ -294,6 +300,45 @@ START_TEST(test_weight_placement_changes_nothing)
 	ck_assert_int_eq(mapped.n, copied.n);
 	ck_assert_msg(memcmp(mapped.ids, copied.ids, mapped.n * sizeof(int32_t)) == 0,
 		      "weights in the file's mapping and in the copy give different tokens");
+}
+END_TEST
+
+/* Q4_K: repacked at load (PG_TYPE_Q4_K_X8) or left in the file's mapping,
+ * prefilled in one step or in pieces next to another request, the prompt
+ * rows take llama.cpp's gemm or gemv order by their place in its ubatch,
+ * never by pagoda's batching: every variant gives the same tokens. */
+START_TEST(test_q4_K_orders_independent_of_placement_and_chunking)
+{
+	char path[4096], err[512];
+	const char *name = "models/synth-kq-Q4_K_M.gguf";
+	if (testdata_path(path, sizeof path, name) != 0)
+		return;
+	struct model *m;
+	unsetenv("PAGODA_MMAP_WEIGHTS");
+	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+	int n_x8 = 0;
+	for (int l = 0; l < m->hp.n_layer; l++)
+		n_x8 += (m->layers[l].wq.type == PG_TYPE_Q4_K_X8) + (m->layers[l].w_gate.type == PG_TYPE_Q4_K_X8);
+	ck_assert_int_gt(n_x8, 0);
+	model_free(m);
+	int32_t prompt[150];
+	srand(11);
+	prompt[0] = 1;
+	for (int i = 1; i < 150; i++)
+		prompt[i] = 3 + rand() % 500;
+	static struct out whole, pieces, mapped;
+	run_model_prompt(name, (struct engine_opts){ 0 }, prompt, 150, false, &whole);
+	run_model_prompt(name, (struct engine_opts){ .prefill_chunk = 7, .max_batch_tokens = 20 }, prompt, 150, true,
+			 &pieces);
+	setenv("PAGODA_MMAP_WEIGHTS", "1", 1);
+	run_model_prompt(name, (struct engine_opts){ .prefill_chunk = 13 }, prompt, 150, false, &mapped);
+	unsetenv("PAGODA_MMAP_WEIGHTS");
+	ck_assert_int_eq(whole.n, pieces.n);
+	ck_assert_int_eq(whole.n, mapped.n);
+	ck_assert_msg(memcmp(whole.ids, pieces.ids, whole.n * sizeof(int32_t)) == 0,
+		      "a Q4_K prompt prefilled in pieces differs from the same prompt in one step");
+	ck_assert_msg(memcmp(whole.ids, mapped.ids, whole.n * sizeof(int32_t)) == 0,
+		      "repacked Q4_K weights and the file's give different tokens");
 }
 END_TEST
 
@@ -510,6 +555,7 @@ int main(void)
 	tcase_add_test(tc, test_small_chunks);
 	tcase_add_test(tc, test_attention_path_independent_of_chunking);
 	tcase_add_test(tc, test_weight_placement_changes_nothing);
+	tcase_add_test(tc, test_q4_K_orders_independent_of_placement_and_chunking);
 	tcase_add_test(tc, test_q8_0_m128_found_at_load);
 	tcase_add_test(tc, test_shared_prefix);
 	tcase_add_test(tc, test_kv_waste);

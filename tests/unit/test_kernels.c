@@ -796,6 +796,88 @@ START_TEST(test_q4_K_gemm_rows)
 }
 END_TEST
 
+/* Q4_K repacked at load (PG_TYPE_Q4_K_X8) gives the bits of the file's
+ * blocks in both of llama.cpp's orders: flagged rows the gemm's, the rest
+ * the gemv's, on every ISA, threaded or not, batched or row by row, and in
+ * pg_matmul_many next to an unrepacked weight. */
+START_TEST(test_q4_K_repacked_equals_unpacked)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const uint32_t t = PG_TYPE_Q4_K;
+	const int64_t ks[] = { 256, 768, 2048 }, ns[] = { 8, 24, 136 }, mmax = 21;
+	for (size_t ki = 0; ki < 3; ki++)
+		for (size_t ni = 0; ni < 3; ni++) {
+			const int64_t k = ks[ki], n = ns[ni];
+			const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
+			block_q4_K *W = make_weights(t, n, k, NULL);
+			if ((ki + ni) % 2) /* raw bytes: every level, scale and min */
+				for (int64_t b = 0; b < n * k / QK_K; b++) {
+					for (int e = 0; e < QK_K / 2; e++)
+						W[b].qs[e] = (uint8_t)rnd();
+					for (int e = 0; e < K_SCALE_SIZE; e++)
+						W[b].scales[e] = (uint8_t)rnd();
+				}
+			const size_t xsz = pg_q4_K_x8_size(n, k);
+			ck_assert_uint_eq(xsz, (size_t)(n / 8) * PG_Q4KX8_GROUP_BYTES(k / QK_K));
+			void *Wx = NULL;
+			ck_assert_int_eq(posix_memalign(&Wx, 64, xsz), 0);
+			pg_q4_K_x8_repack(W, Wx, n, k);
+			float *X = malloc(sizeof(float) * (size_t)(mmax * k));
+			fill(X, mmax * k, 2.0f);
+			float *Y = malloc(sizeof(float) * (size_t)(mmax * n)), *Y2 = malloc(sizeof(float) * (size_t)(mmax * n));
+			char *Xq = malloc(xr * (size_t)mmax);
+			bool tb[21];
+			for (size_t a = 0; a < 3; a++) {
+				if (!pg_cpu_set_isa(all_isas[a]))
+					continue;
+				for (int64_t r = 0; r < mmax; r++)
+					pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
+				for (int64_t m = 1; m <= mmax; m += m < 5 ? 1 : 8) {
+					for (int64_t r = 0; r < m; r++)
+						tb[r] = r < m - m % 4;
+					for (int v = 0; v < 4; v++) {
+						memset(Y, 0xff, sizeof(float) * (size_t)(m * n));
+						if (v == 0)
+							pg_matmul_tb(pool, Wx, PG_TYPE_Q4_K_X8, n, k, X, m, Y, n, tb);
+						else if (v == 1)
+							pg_matmul_tb(NULL, Wx, PG_TYPE_Q4_K_X8, n, k, X, m, Y, n, tb);
+						else if (v == 2)
+							pg_matmul(pool, Wx, PG_TYPE_Q4_K_X8, n, k, X, m, Y, n);
+						else
+							for (int64_t r = 0; r < m; r++)
+								pg_matmul(NULL, Wx, PG_TYPE_Q4_K_X8, n, k, X + r * k, 1, Y + r * n, n);
+						for (int64_t r = 0; r < m; r++)
+							for (int64_t j = 0; j < n; j++) {
+								const block_q4_K *wj = (const void *)((const char *)W + (size_t)j * wr);
+								const block_q8_K *xq = (const void *)(Xq + (size_t)r * xr);
+								const float want = v < 2 && tb[r] ? ggml_q4_K_gemm_dot(wj, xq, k / QK_K)
+												  : ggml_q4_K_dot(wj, xq, k / QK_K, true);
+								ck_assert_msg(memcmp(&Y[r * n + j], &want, 4) == 0,
+									      "%s n=%ld k=%ld m=%ld v=%d row %ld col %ld: %a != %a",
+									      all_isas[a], (long)n, (long)k, (long)m, v, (long)r,
+									      (long)j, Y[r * n + j], want);
+							}
+					}
+					/* next to an unrepacked Q4_K weight in one pool run */
+					const struct pg_mm_out o[2] = { { Wx, PG_TYPE_Q4_K_X8, n, Y, n }, { W, t, n, Y2, n } };
+					pg_matmul_many(pool, o, 2, k, X, m);
+					ck_assert_int_eq(memcmp(Y, Y2, sizeof(float) * (size_t)(m * n)), 0);
+				}
+			}
+			free(W);
+			free(Wx);
+			free(X);
+			free(Y);
+			free(Y2);
+			free(Xq);
+		}
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
 /* Q2_K and Q3_K stay on vec_dot in llama.cpp's x86 backend (its Q2_K
  * repack is AVX-512 only: see BENCHMARKS.md), ggml_vec_dot_q2_K_q8_K and
  * ggml_vec_dot_q3_K_q8_K (AVX2): 8 lanes, element e of a super-block in
@@ -1285,6 +1367,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_q4_order_is_ggml);
 	tcase_add_test(tc, test_q23_K_order_is_ggml);
 	tcase_add_test(tc, test_q4_K_gemm_rows);
+	tcase_add_test(tc, test_q4_K_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q3_K_extremes);
 	tcase_add_test(tc, test_q4_0_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
