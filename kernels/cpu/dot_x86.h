@@ -143,6 +143,17 @@ static void x86_f16_from_float(const float *x, void *vy, int64_t k)
 
 #define XROW(T, x, bx, r) ((const T *)((const char *)(x) + (size_t)(r) * (bx)))
 
+/* The one-row K-quant kernels spend too little time per block for the
+ * hardware prefetchers to keep the stream full (the first load of each
+ * block stalled): fetch the block PF_AHEAD bytes on, which runs into the
+ * next row, the next in memory, at the end of this one. */
+#define PF_AHEAD 1536
+ALWAYS_INLINE void pf_block(const void *b, size_t bytes)
+{
+	for (size_t l = 0; l < bytes; l += 64)
+		_mm_prefetch((const char *)b + PF_AHEAD + l, _MM_HINT_T0);
+}
+
 /* ggml_vec_dot_q8_0_q8_0 (AVX2) and llamafile's tinyBLAS_Q0_AVX alike: one
  * accumulator, acc = fma(dx*dy, (float)dot, acc) block after block, then
  * hsum_float_8. Both orders are the same, so m does not matter. */
@@ -307,6 +318,7 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 		float dw, dminw;
 		if (five) {
 			const block_q5_K *b = (const block_q5_K *)vw + i;
+			pf_block(b, sizeof(block_q5_K));
 			qs = b->qs;
 			qhp = b->qh;
 			scp = b->scales;
@@ -314,6 +326,7 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 			dminw = f16s(b->dmin);
 		} else {
 			const block_q4_K *b = (const block_q4_K *)vw + i;
+			pf_block(b, sizeof(block_q4_K));
 			qs = b->qs;
 			scp = b->scales;
 			dw = f16s(b->d);
@@ -330,6 +343,7 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 		for (int r = 0; r < nr; r++)
 			isum[r] = _mm256_setzero_si256();
 		const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
+		#pragma GCC unroll 4
 		for (int g = 0; g < 4; g++) {
 			const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
 			__m256i ql = _mm256_and_si256(q, lo4);
@@ -380,6 +394,16 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 	}
 }
 
+/* With a vector of 8 int16 scales in each 128-bit half, shuffle p puts
+ * scale 2p in every i16 of the low half and 2p+1 in the high one: the
+ * scales of a 32-byte run whose halves belong to two groups of 16. */
+static const uint8_t k_pick_pair[4][32] __attribute__((aligned(32))) = {
+	{ 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3 },
+	{ 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7 },
+	{ 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11 },
+	{ 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15 },
+};
+
 /* Q2_K (three = 0) and Q3_K (three = 1) against Q8_K:
  * ggml_vec_dot_q2_K_q8_K and ggml_vec_dot_q3_K_q8_K (AVX2), lanes as
  * dot_scalar.c describes them. A Q3_K level is taken as low - high: the
@@ -388,13 +412,6 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 ALWAYS_INLINE void q23_K_tile(int64_t k, const void *vw, const int three, const void *x, size_t bx, const int nr,
 			      float *s, size_t bs)
 {
-	/* int16 lane pairs 2p (low half) and 2p+1 (high half) of 8 scales */
-	static const uint8_t pick[4][32] __attribute__((aligned(32))) = {
-		{ 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3 },
-		{ 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7 },
-		{ 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11 },
-		{ 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15 },
-	};
 	__m256 acc[PG_MAX_NR];
 	for (int r = 0; r < nr; r++)
 		acc[r] = _mm256_setzero_ps();
@@ -406,14 +423,24 @@ ALWAYS_INLINE void q23_K_tile(int64_t k, const void *vw, const int three, const 
 		float dw;
 		if (three) {
 			const block_q3_K *b = (const block_q3_K *)vw + i;
-			int8_t sc[16];
-			pg_q3_K_scales(b->scales, sc);
-			sc8 = _mm_loadu_si128((const __m128i *)sc);
+			pf_block(b, sizeof(block_q3_K));
+			/* pg_q3_K_scales in registers: its bytes stored in two
+			 * halves and read back as one stall the load (no
+			 * store forwarding) */
+			uint32_t a[3];
+			memcpy(a, b->scales, 12);
+			const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
+			sc8 = _mm_sub_epi8(_mm_setr_epi32((int)((a[0] & m4) | ((a[2] & m2) << 4)),
+							  (int)((a[1] & m4) | (((a[2] >> 2) & m2) << 4)),
+							  (int)(((a[0] >> 4) & m4) | (((a[2] >> 4) & m2) << 4)),
+							  (int)(((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4))),
+					   _mm_set1_epi8(32));
 			hb = _mm256_loadu_si256((const __m256i *)b->hmask);
 			qs = b->qs;
 			dw = f16s(b->d);
 		} else {
 			const block_q2_K *b = (const block_q2_K *)vw + i;
+			pf_block(b, sizeof(block_q2_K));
 			const __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
 			const __m128i lo4 = _mm_set1_epi8(0xF);
 			sc8 = _mm_and_si128(packed, lo4);
@@ -434,10 +461,12 @@ ALWAYS_INLINE void q23_K_tile(int64_t k, const void *vw, const int three, const 
 		__m256i isum[PG_MAX_NR];
 		for (int r = 0; r < nr; r++)
 			isum[r] = _mm256_setzero_si256();
+		#pragma GCC unroll 2
 		for (int j = 0; j < 2; j++) {
 			const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+			#pragma GCC unroll 4
 			for (int p = 0; p < 4; p++) {
-				const __m256i scv = _mm256_shuffle_epi8(halves[j], _mm256_load_si256((const __m256i *)pick[p]));
+				const __m256i scv = _mm256_shuffle_epi8(halves[j], _mm256_load_si256((const __m256i *)k_pick_pair[p]));
 				const __m256i ql = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * p), m3);
 				__m256i qh = _mm256_setzero_si256();
 				if (three) {
@@ -473,8 +502,11 @@ ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size
 	const __m256i lo4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03);
 	for (int64_t i = 0; i < k / QK_K; i++) {
 		const block_q6_K *b = w + i;
+		pf_block(b, sizeof(block_q6_K));
 		const float dw = f16s(b->d);
 		const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+		const __m256i halves[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00),
+					    _mm256_permute2x128_si256(sc16, sc16, 0x11) };
 		__m256i isum[PG_MAX_NR], isum2[PG_MAX_NR];
 		for (int r = 0; r < nr; r++) {
 			isum2[r] = _mm256_setzero_si256();
@@ -482,6 +514,7 @@ ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size
 			isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
 						   _mm256_slli_epi32(_mm256_madd_epi16(bsum, sc16), 5));
 		}
+		#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
 			const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
 			const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
@@ -494,10 +527,9 @@ ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size
 					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
 			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), lo4),
 					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
-			const int8_t *sc = b->scales + 8 * h;
 			__m256i scv[4];
 			for (int j = 0; j < 4; j++)
-				scv[j] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
+				scv[j] = _mm256_shuffle_epi8(halves[h], _mm256_load_si256((const __m256i *)k_pick_pair[j]));
 			for (int r = 0; r < nr; r++) {
 				const int8_t *y = XROW(block_q8_K, x, bx, r)[i].qs + 128 * h;
 				/* two exact integer chains, joined below */
