@@ -8,7 +8,9 @@
  * first m - m % 4); Q4_K also as the loader repacks it (PG_TYPE_Q4_K_X8). Prints, per type and batch, which rows
  * differ; exit 1 if any does. pagoda's F32/F16 kernels follow llama.cpp's
  * AVX-512 build (the reference's), so against a llama.cpp built for AVX2
- * they differ by design and are reported but not counted. Not part of `make check`: CI has no
+ * they differ by design and are reported but not counted; so are IQ4_XS
+ * batches of 8 rows or more, which llama.cpp decodes into int8 panels
+ * (iqp.cpp), an order pagoda does not follow yet. Not part of `make check`: CI has no
  * llama.cpp.
  *
  *   L=build/llama.cpp; cc -O2 -I. -I$L/ggml/include -o build/peer_matmul \
@@ -80,7 +82,7 @@ static void ggml_y(ggml_backend_t be, uint32_t t, const void *W, const float *X,
 int main(void)
 {
 	static const uint32_t types[] = { PG_TYPE_F32, PG_TYPE_F16, PG_TYPE_Q4_K, PG_TYPE_Q4_0, PG_TYPE_Q8_0, PG_TYPE_Q2_K, PG_TYPE_Q3_K,
-					  PG_TYPE_Q5_K, PG_TYPE_Q6_K, PG_TYPE_Q5_0, PG_TYPE_Q4_1 };
+					  PG_TYPE_Q5_K, PG_TYPE_Q6_K, PG_TYPE_Q5_0, PG_TYPE_Q4_1, PG_TYPE_IQ4_XS };
 	static const int ms[] = { 1, 2, 3, 4, 5, 7, 8, 9, 13, 22 };
 	ggml_backend_t be = ggml_backend_cpu_init();
 	ggml_backend_cpu_set_n_threads(be, 2);
@@ -123,11 +125,14 @@ int main(void)
 							 *bad ? "," : "", r);
 			}
 			printf("  m=%d:%s", m, *bad ? bad : "ok");
-			fails += *bad != 0 && (ggml_cpu_has_avx512() || (t != PG_TYPE_F32 && t != PG_TYPE_F16));
+			fails += *bad != 0 && (ggml_cpu_has_avx512() || (t != PG_TYPE_F32 && t != PG_TYPE_F16)) &&
+				 !(t == PG_TYPE_IQ4_XS && m >= 8);
 			free(X);
 			free(Yg);
 			free(Yp);
 		}
+		if (t == PG_TYPE_IQ4_XS)
+			printf("  (m >= 8 not counted: llama.cpp's IQ panel gemm, not emulated)");
 		if ((t == PG_TYPE_F32 || t == PG_TYPE_F16) && !ggml_cpu_has_avx512())
 			printf("  (not counted: this llama.cpp is not its AVX-512 build)");
 		printf("\n");

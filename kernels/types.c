@@ -24,7 +24,10 @@ static const struct pg_type_info type_table[PG_TYPE_COUNT] = {
 	[PG_TYPE_I64] = { "I64", 1, 8 },
 	[PG_TYPE_F64] = { "F64", 1, 8 },
 	[PG_TYPE_BF16] = { "BF16", 1, 2 },
+	[PG_TYPE_IQ4_XS] = { "IQ4_XS", QK_K, sizeof(block_iq4_xs) },
 };
+
+const int8_t pg_iq4nl_values[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
@@ -33,6 +36,7 @@ _Static_assert(sizeof(block_q3_K) == 110, "q3_K layout");
 _Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs layout");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 
 const struct pg_type_info *pg_type_info(uint32_t type)

@@ -30,6 +30,7 @@ enum pg_type {
 	PG_TYPE_I16 = 25,
 	PG_TYPE_I32 = 26,
 	PG_TYPE_I64 = 27,
+	PG_TYPE_IQ4_XS = 23,
 	PG_TYPE_F64 = 28,
 	PG_TYPE_BF16 = 30,
 	/* Internal, never in a file: Q4_0 weights repacked at load into groups
@@ -70,6 +71,13 @@ typedef struct { pg_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K /
 typedef struct { pg_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; pg_f16 d; } block_q6_K;
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+/* 8 groups of 32 non-linear 4-bit levels (pg_iq4nl_values), each group's
+ * 6-bit scale split in scales_l (low 4 bits, two a byte) and scales_h (2
+ * bits each), less 32 */
+typedef struct { pg_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
+
+/* The 16 levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
+extern const int8_t pg_iq4nl_values[16];
 
 /* Elements per block and bytes per block; 0/0 for a type pagoda cannot
  * size (unknown or unsupported: IQ quants and friends). */

@@ -187,6 +187,27 @@ static void dq_q6_K(const block_q6_K *x, float *y, int64_t nb)
 	}
 }
 
+/* IQ4_XS: eight groups of 32, each a 6-bit scale biased by 32 (low nibble
+ * in scales_l, two groups a byte; top bit pair in scales_h) times
+ * non-linear levels. Within a group, qs byte j holds element j in its low
+ * nibble and element j + 16 in its high one. */
+static void dq_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++) {
+		const float d = pg_f16_to_f32(x[i].d);
+		const uint8_t *q = x[i].qs;
+		for (int ib = 0; ib < QK_K / 32; ib++, q += 16, y += 32) {
+			const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) |
+				       (((x[i].scales_h >> 2 * ib) & 3) << 4);
+			const float dl = d * (ls - 32);
+			for (int j = 0; j < 16; j++) {
+				y[j] = dl * pg_iq4nl_values[q[j] & 0xF];
+				y[j + 16] = dl * pg_iq4nl_values[q[j] >> 4];
+			}
+		}
+	}
+}
+
 void pg_dequant_row(uint32_t type, const void *src, float *dst, int64_t k)
 {
 	const struct pg_type_info *ti = pg_type_info(type);
@@ -212,6 +233,7 @@ void pg_dequant_row(uint32_t type, const void *src, float *dst, int64_t k)
 	case PG_TYPE_Q4_K: dq_q4_K(src, dst, nb); break;
 	case PG_TYPE_Q5_K: dq_q5_K(src, dst, nb); break;
 	case PG_TYPE_Q6_K: dq_q6_K(src, dst, nb); break;
+	case PG_TYPE_IQ4_XS: dq_iq4_xs(src, dst, nb); break;
 	default: break;
 	}
 }

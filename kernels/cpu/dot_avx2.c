@@ -136,6 +136,7 @@ const struct pg_kern pg_kern_avx2 = {
 		[PG_TYPE_Q4_K] = gemv_q4_K,
 		[PG_TYPE_Q5_K] = gemv_q5_K,
 		[PG_TYPE_Q6_K] = gemv_q6_K,
+		[PG_TYPE_IQ4_XS] = gemv_iq4_xs,
 	},
 	.gemv8 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,

@@ -388,6 +388,37 @@ static float dot_q6_K(int64_t k, const void *vw, const void *vx)
 	return hsum8(acc);
 }
 
+/* IQ4_XS: ggml_vec_dot_iq4_xs_q8_K (AVX2): 8 lanes, lane l = elements
+ * 4l..4l+3 of each group of 32 (the low nibbles are elements 0-15, the high
+ * ones 16-31) times the group's scale; one FMA per super-block and lane of
+ * d·dy, then hsum_float_8. */
+static int iq4_xs_scale(const block_iq4_xs *w, int ib)
+{
+	return (((w->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((w->scales_h >> (2 * ib)) & 3) << 4)) - 32;
+}
+
+static float dot_iq4_xs(int64_t k, const void *vw, const void *vx)
+{
+	const block_iq4_xs *w = vw;
+	const block_q8_K *x = vx;
+	float acc[8] = { 0 };
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const float d = pg_f16_to_f32(w[i].d) * x[i].d;
+		for (int l = 0; l < 8; l++) {
+			int isum = 0;
+			for (int ib = 0; ib < 8; ib++) {
+				const uint8_t *q = w[i].qs + 16 * ib;
+				int s4 = 0;
+				for (int e = 4 * l; e < 4 * l + 4; e++)
+					s4 += pg_iq4nl_values[e < 16 ? q[e] & 0xF : q[e - 16] >> 4] * x[i].qs[32 * ib + e];
+				isum += iq4_xs_scale(&w[i], ib) * s4;
+			}
+			acc[l] = fmaf(d, (float)isum, acc[l]);
+		}
+	}
+	return hsum8(acc);
+}
+
 #define SCALAR_GEMV(T)                                                                              \
 	static void gemv_##T(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, \
 			     size_t bs)                                                             \
@@ -408,6 +439,7 @@ SCALAR_GEMV(q3_K)
 SCALAR_GEMV(q4_K)
 SCALAR_GEMV(q5_K)
 SCALAR_GEMV(q6_K)
+SCALAR_GEMV(iq4_xs)
 
 /* ---- eight weight rows: llama.cpp's repacked order (see cpu.h) ---------------
  * One float chain per output, one FMA per block of its whole integer sum. */
@@ -615,6 +647,7 @@ const struct pg_kern pg_kern_scalar = {
 		[PG_TYPE_Q4_K] = gemv_q4_K,
 		[PG_TYPE_Q5_K] = gemv_q5_K,
 		[PG_TYPE_Q6_K] = gemv_q6_K,
+		[PG_TYPE_IQ4_XS] = gemv_iq4_xs,
 	},
 	.gemv8 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,

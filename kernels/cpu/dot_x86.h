@@ -491,6 +491,45 @@ ALWAYS_INLINE void q23_K_tile(int64_t k, const void *vw, const int three, const 
 		s[(size_t)r * bs] = hsum_ps(acc[r]);
 }
 
+/* IQ4_XS against Q8_K: ggml_vec_dot_iq4_xs_q8_K (AVX2), lanes as
+ * dot_scalar.c describes them: the nibbles looked up in the 16 levels
+ * (pshufb), then |q| against sign(y, q) as ggml's mul_add_epi8. */
+ALWAYS_INLINE void iq4_xs_tile(int64_t k, const block_iq4_xs *w, const void *x, size_t bx, const int nr, float *s,
+			       size_t bs)
+{
+	const __m128i values = _mm_loadu_si128((const __m128i *)pg_iq4nl_values), m4 = _mm_set1_epi8(0x0F);
+	__m256 acc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const block_iq4_xs *b = w + i;
+		pf_block(b, sizeof(block_iq4_xs));
+		__m256i isum[PG_MAX_NR];
+		for (int r = 0; r < nr; r++)
+			isum[r] = _mm256_setzero_si256();
+		#pragma GCC unroll 8
+		for (int ib = 0; ib < 8; ib++) {
+			const __m128i q4 = _mm_loadu_si128((const __m128i *)(b->qs + 16 * ib));
+			const __m256i q = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), m4)),
+							   _mm_shuffle_epi8(values, _mm_and_si128(q4, m4)));
+			const __m256i aq = _mm256_sign_epi8(q, q);
+			const int ls = (((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b->scales_h >> (2 * ib)) & 3) << 4)) - 32;
+			const __m256i sc = _mm256_set1_epi16((short)ls);
+			for (int r = 0; r < nr; r++) {
+				const __m256i y = _mm256_loadu_si256(
+					(const __m256i *)(XROW(block_q8_K, x, bx, r)[i].qs + 32 * ib));
+				isum[r] = madd_acc(isum[r], _mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), sc);
+			}
+		}
+		const float dw = f16s(b->d);
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * XROW(block_q8_K, x, bx, r)[i].d),
+						 _mm256_cvtepi32_ps(isum[r]), acc[r]);
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = hsum_ps(acc[r]);
+}
+
 /* Q6_K: levels kept unsigned (0..63); the -32 offset is taken out once
  * per block through Q8_K's bsums. */
 ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size_t bx, const int nr, float *s,
@@ -1033,6 +1072,7 @@ static void gemm8_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, s
 #define C_Q4_K(N) qk_45_tile(k, w, 0, x, bx, N, s, bs)
 #define C_Q5_K(N) qk_45_tile(k, w, 1, x, bx, N, s, bs)
 #define C_Q6_K(N) q6_K_tile(k, w, x, bx, N, s, bs)
+#define C_IQ4_XS(N) iq4_xs_tile(k, w, x, bx, N, s, bs)
 X86_GEMV(q8_0, C_Q8_0)
 X86_GEMV(q4_0, C_Q4_0)
 X86_GEMV(q5_0, C_Q5_0)
@@ -1043,6 +1083,7 @@ X86_GEMV(q3_K, C_Q3_K)
 X86_GEMV(q4_K, C_Q4_K)
 X86_GEMV(q5_K, C_Q5_K)
 X86_GEMV(q6_K, C_Q6_K)
+X86_GEMV(iq4_xs, C_IQ4_XS)
 
 #define X86_GEMV8(NAME, TILE)                                                                        \
 	static void gemv8_##NAME(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr,   \

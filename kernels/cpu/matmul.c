@@ -51,7 +51,8 @@ uint32_t pg_vec_dot_type(uint32_t wtype)
 	case PG_TYPE_Q4_K:
 	case PG_TYPE_Q4_K_X8:
 	case PG_TYPE_Q5_K:
-	case PG_TYPE_Q6_K: return PG_TYPE_Q8_K;
+	case PG_TYPE_Q6_K:
+	case PG_TYPE_IQ4_XS: return PG_TYPE_Q8_K;
 	default: return PG_TYPE_COUNT;
 	}
 }

@@ -562,6 +562,109 @@ static void quant_q6_K(const float *x, block_q6_K *y, int64_t nb)
 	}
 }
 
+/* The index of the level in the sorted table val[0..n) nearest x, ties to
+ * the lower one (ggml's best_index_int8). */
+static int best_index_int8(int n, const int8_t *val, float x)
+{
+	if (x <= val[0])
+		return 0;
+	if (x >= val[n - 1])
+		return n - 1;
+	int ml = 0, mu = n - 1;
+	while (mu - ml > 1) {
+		int mav = (ml + mu) / 2;
+		if (x < val[mav])
+			mu = mav;
+		else
+			ml = mav;
+	}
+	return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+/* quantize_row_iq4_nl_impl for a QK_K super-block of groups of 32 with no
+ * importance weights (weights x^2) and ntry 7, as quantize_iq4_xs calls it.
+ * Each group's scale is a weighted least-squares fit tried from 15 starting
+ * points around the one that puts the group's extreme on the outermost
+ * level; the group scales are then rounded to 6 bits of the super-block's
+ * d, and the quants redone against the rounded scales. */
+static void quant_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb)
+{
+	const int8_t *values = pg_iq4nl_values;
+	const int ntry = 7;
+	uint8_t L[QK_K];
+	float weight[32], scales[QK_K / 32];
+	for (int64_t i = 0; i < nb; i++, x += QK_K) {
+		float max_scale = 0, amax_scale = 0;
+		for (int ib = 0; ib < QK_K / 32; ib++) {
+			const float *xb = x + 32 * ib;
+			uint8_t *Lb = L + 32 * ib;
+			float amax = 0, max = 0;
+			for (int j = 0; j < 32; j++) {
+				weight[j] = xb[j] * xb[j];
+				if (fabsf(xb[j]) > amax) {
+					amax = fabsf(xb[j]);
+					max = xb[j];
+				}
+			}
+			if (amax < GROUP_MAX_EPS) {
+				scales[ib] = 0;
+				continue;
+			}
+			float d = -max / values[0];
+			float id = 1 / d;
+			float sumqx = 0, sumq2 = 0;
+			for (int j = 0; j < 32; j++) {
+				int l = best_index_int8(16, values, id * xb[j]);
+				Lb[j] = (uint8_t)l;
+				float q = values[l], w = weight[j];
+				sumqx += w * q * xb[j];
+				sumq2 += w * q * q;
+			}
+			d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+			float best = d * sumqx;
+			for (int itry = -ntry; itry <= ntry; itry++) {
+				id = (itry + values[0]) / max;
+				sumqx = sumq2 = 0;
+				for (int j = 0; j < 32; j++) {
+					int l = best_index_int8(16, values, id * xb[j]);
+					float q = values[l], w = weight[j];
+					sumqx += w * q * xb[j];
+					sumq2 += w * q * q;
+				}
+				if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+					d = sumqx / sumq2;
+					best = d * sumqx;
+				}
+			}
+			scales[ib] = d;
+			if (fabsf(d) > amax_scale) {
+				amax_scale = fabsf(d);
+				max_scale = d;
+			}
+		}
+		/* -0.0 for an all-zero block, as ggml writes it */
+		const float d = -max_scale / 32;
+		const float id = d ? 1 / d : 0.f;
+		y[i].d = pg_f32_to_f16(d);
+		y[i].scales_h = 0;
+		memset(y[i].scales_l, 0, sizeof(y[i].scales_l));
+		for (int ib = 0; ib < QK_K / 32; ib++) {
+			int l = pg_nearest_int(id * scales[ib]);
+			l = MAX(-32, MIN(31, l));
+			const float dl = d * l;
+			const float idl = dl ? 1 / dl : 0.f;
+			for (int j = 0; j < 32; j++)
+				L[32 * ib + j] = (uint8_t)best_index_int8(16, values, idl * x[32 * ib + j]);
+			l += 32;
+			y[i].scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4 * (ib % 2));
+			y[i].scales_h |= (uint16_t)((l >> 4) << 2 * ib);
+		}
+		for (int ib = 0; ib < QK_K / 32; ib++)
+			for (int j = 0; j < 16; j++)
+				y[i].qs[16 * ib + j] = L[32 * ib + j] | (uint8_t)(L[32 * ib + 16 + j] << 4);
+	}
+}
+
 /* quantize_row_q8_K_ref; also the activation conversion for the K-quants
  * on every ISA, as ggml on x86 uses the reference one. */
 void pg_q8_K_from_float(const float *x, void *vy, int64_t k)
@@ -613,6 +716,7 @@ size_t pg_quantize_row(uint32_t type, const float *src, void *dst, int64_t k)
 	case PG_TYPE_Q4_K: quant_q4_K(src, dst, nb); break;
 	case PG_TYPE_Q5_K: quant_q5_K(src, dst, nb); break;
 	case PG_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
+	case PG_TYPE_IQ4_XS: quant_iq4_xs(src, dst, nb); break;
 	default: return 0;
 	}
 	return rs;

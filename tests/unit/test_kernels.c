@@ -50,13 +50,14 @@ static void fill(float *x, int64_t n, float scale)
 static const uint32_t mm_types[] = {
 	PG_TYPE_F32, PG_TYPE_F16, PG_TYPE_BF16, PG_TYPE_Q4_0, PG_TYPE_Q4_1, PG_TYPE_Q5_0,
 	PG_TYPE_Q5_1, PG_TYPE_Q8_0, PG_TYPE_Q2_K, PG_TYPE_Q3_K, PG_TYPE_Q4_K, PG_TYPE_Q5_K, PG_TYPE_Q6_K,
+	PG_TYPE_IQ4_XS,
 };
 #define NTYPES (sizeof(mm_types) / sizeof(mm_types[0]))
 
 static bool is_k_quant(uint32_t t)
 {
 	return t == PG_TYPE_Q2_K || t == PG_TYPE_Q3_K || t == PG_TYPE_Q4_K || t == PG_TYPE_Q5_K ||
-	       t == PG_TYPE_Q6_K;
+	       t == PG_TYPE_Q6_K || t == PG_TYPE_IQ4_XS;
 }
 
 static bool is_float(uint32_t t)
@@ -976,6 +977,62 @@ START_TEST(test_q23_K_order_is_ggml)
 }
 END_TEST
 
+/* IQ4_XS: ggml_vec_dot_iq4_xs_q8_K (AVX2), element by element: element e
+ * of group ib in lane (e % 32) / 4 with the group's 6-bit scale less 32;
+ * raw random blocks, so every level and scale, on every ISA. */
+START_TEST(test_iq4_xs_order_is_ggml)
+{
+	save_isa();
+	static const int8_t lv[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+	const int64_t n = 5, m = 3, nb = 3, k = nb * QK_K;
+	block_iq4_xs *W = malloc(sizeof(block_iq4_xs) * (size_t)(n * nb));
+	for (int64_t b = 0; b < n * nb; b++) {
+		unsigned char *p = (unsigned char *)&W[b];
+		for (size_t i = 0; i < sizeof(block_iq4_xs); i++)
+			p[i] = (unsigned char)rnd();
+		W[b].d = pg_f32_to_f16(0.001f * (float)(1 + b % 7));
+	}
+	const size_t xr = pg_act_row_size(PG_TYPE_IQ4_XS, k);
+	float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
+	char *Xq = malloc(xr * (size_t)m);
+	fill(X, m * k, 3.0f);
+	for (size_t a = 0; a < 3; a++) {
+		if (!pg_cpu_set_isa(all_isas[a]))
+			continue;
+		for (int64_t r = 0; r < m; r++)
+			pg_quantize_act(PG_TYPE_IQ4_XS, X + r * k, Xq + (size_t)r * xr, k);
+		pg_matmul(NULL, W, PG_TYPE_IQ4_XS, n, k, X, m, Y, n);
+		for (int64_t r = 0; r < m; r++)
+			for (int64_t j = 0; j < n; j++) {
+				const block_q8_K *y = (const void *)(Xq + (size_t)r * xr);
+				float lanes[8] = { 0 };
+				for (int64_t i = 0; i < nb; i++) {
+					const block_iq4_xs *w = &W[j * nb + i];
+					int ls[8] = { 0 };
+					for (int e = 0; e < QK_K; e++) {
+						const int ib = e / 32, c = e % 32;
+						const int sc = (((w->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+								(((w->scales_h >> (2 * ib)) & 3) << 4)) - 32;
+						const uint8_t q = w->qs[16 * ib + c % 16];
+						ls[c / 4 % 8] += sc * lv[c < 16 ? q & 0xF : q >> 4] * y[i].qs[e];
+					}
+					const float d = pg_f16_to_f32(w->d) * y[i].d;
+					for (int l = 0; l < 8; l++)
+						lanes[l] = fmaf(d, (float)ls[l], lanes[l]);
+				}
+				const float want = hsum_lanes8(lanes);
+				ck_assert_msg(Y[r * n + j] == want, "%s row %ld col %ld: %a != %a", all_isas[a], (long)r,
+					      (long)j, Y[r * n + j], want);
+			}
+	}
+	free(W);
+	free(X);
+	free(Y);
+	free(Xq);
+	restore_isa();
+}
+END_TEST
+
 /* Every bit pattern of a Q3_K level and scale: hand-built blocks (hmask
  * bits set and clear, scales at -32 and 31) against the same order. */
 START_TEST(test_q3_K_extremes)
@@ -1369,6 +1426,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_q4_K_gemm_rows);
 	tcase_add_test(tc, test_q4_K_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q3_K_extremes);
+	tcase_add_test(tc, test_iq4_xs_order_is_ggml);
 	tcase_add_test(tc, test_q4_0_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
 	tcase_add_test(tc, test_q8_0_s127_same_bits);
