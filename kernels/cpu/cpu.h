@@ -140,18 +140,25 @@ static inline void pg_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t 
 	}
 }
 
-/* The 16 scales of a Q3_K block, 6 bits each in 12 bytes, less 32: bytes
- * 0-7 hold the low 4 bits of scales 0-7 (low nibble) and 8-15 (high),
- * bytes 8-11 the top 2 bits, four scales to a byte. */
-static inline void pg_q3_K_scales(const uint8_t packed[12], int8_t out[16])
+/* The 16 scales of a Q3_K block, 6 bits each in 12 bytes: bytes 0-7 hold
+ * the low 4 bits of scales 0-7 (low nibble) and 8-15 (high), bytes 8-11 the
+ * top 2 bits, four scales to a byte. As 4 words of 4 scales, biased by 32
+ * (the SIMD kernels take them as one vector), and as the signed scales. */
+static inline void pg_q3_K_scale_words(const uint8_t packed[12], uint32_t u[4])
 {
 	const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
-	uint32_t a[3], u[4];
+	uint32_t a[3];
 	__builtin_memcpy(a, packed, 12);
 	u[0] = (a[0] & m4) | (((a[2] >> 0) & m2) << 4);
 	u[1] = (a[1] & m4) | (((a[2] >> 2) & m2) << 4);
 	u[2] = ((a[0] >> 4) & m4) | (((a[2] >> 4) & m2) << 4);
 	u[3] = ((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4);
+}
+
+static inline void pg_q3_K_scales(const uint8_t packed[12], int8_t out[16])
+{
+	uint32_t u[4];
+	pg_q3_K_scale_words(packed, u);
 	__builtin_memcpy(out, u, 16);
 	for (int j = 0; j < 16; j++)
 		out[j] = (int8_t)(out[j] - 32);

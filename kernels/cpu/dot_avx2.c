@@ -145,7 +145,7 @@ const struct pg_kern pg_kern_avx2 = {
 		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
 	},
 	.gemm8 = {
-		[PG_TYPE_Q4_K] = gemv8_q4_K_pairs,
+		[PG_TYPE_Q4_K] = gemm8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemm8_q4_K_x8r,
 	},
 	.q4_0_x8 = pg_q4_0_x8_avx2,

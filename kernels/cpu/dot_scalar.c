@@ -456,53 +456,6 @@ static float dot_q4_0_x8(int64_t k, const block_q4_0 *w, const block_q8_0 *x)
 	return acc;
 }
 
-/* pairs: ggml_gemm_q4_K_8x8_q8_K's order, one FMA per pair of sub-blocks
- * (64 elements) in each chain instead of one per super-block. */
-static float dot_q4_K_x8_order(int64_t k, const block_q4_K *w, const block_q8_K *x, bool pairs)
-{
-	float acc = 0, accm = 0;
-	for (int64_t i = 0; i < k / QK_K; i++) {
-		const uint8_t *q = w[i].qs;
-		const int8_t *y = x[i].qs;
-		const float d = pg_f16_to_f32(w[i].d) * x[i].d, dm = pg_f16_to_f32(w[i].dmin) * x[i].d;
-		int isum = 0, msum = 0;
-		for (int g = 0; g < 4; g++, q += 32, y += 64) {
-			uint8_t sc0, m0, sc1, m1;
-			pg_scale_min_k4(2 * g, w[i].scales, &sc0, &m0);
-			pg_scale_min_k4(2 * g + 1, w[i].scales, &sc1, &m1);
-			int s0 = 0, s1 = 0;
-			for (int l = 0; l < 32; l++) {
-				s0 += (q[l] & 0xF) * y[l];
-				s1 += (q[l] >> 4) * y[l + 32];
-			}
-			const int gi = sc0 * s0 + sc1 * s1;
-			const int gm = m0 * (x[i].bsums[4 * g] + x[i].bsums[4 * g + 1]) +
-				       m1 * (x[i].bsums[4 * g + 2] + x[i].bsums[4 * g + 3]);
-			if (pairs) {
-				acc = fmaf((float)gi, d, acc);
-				accm = fmaf((float)gm, dm, accm);
-			}
-			isum += gi;
-			msum += gm;
-		}
-		if (!pairs) {
-			acc = fmaf((float)isum, d, acc);
-			accm = fmaf((float)msum, dm, accm);
-		}
-	}
-	return acc - accm;
-}
-
-static float dot_q4_K_x8(int64_t k, const block_q4_K *w, const block_q8_K *x)
-{
-	return dot_q4_K_x8_order(k, w, x, false);
-}
-
-static float dot_q4_K_pairs_x8(int64_t k, const block_q4_K *w, const block_q8_K *x)
-{
-	return dot_q4_K_x8_order(k, w, x, true);
-}
-
 #define SCALAR_GEMV8(T, WT, XT)                                                                     \
 	static void gemv8_##T(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr,  \
 			      float *s, size_t bs)                                                  \
@@ -514,62 +467,79 @@ static float dot_q4_K_pairs_x8(int64_t k, const block_q4_K *w, const block_q8_K 
 					(const XT *)((const char *)x + (size_t)r * bx));            \
 	}
 SCALAR_GEMV8(q4_0, block_q4_0, block_q8_0)
-SCALAR_GEMV8(q4_K, block_q4_K, block_q8_K)
-SCALAR_GEMV8(q4_K_pairs, block_q4_K, block_q8_K)
 
-/* PG_TYPE_Q4_K_X8 (repack.h): row j of the group, in the gemv's order or
- * (pairs) the gemm's, as dot_q4_K_x8_order computes them from the file's
- * blocks. */
-static float dot_q4_K_x8r(int64_t k, const uint8_t *grp, int j, const block_q8_K *x, bool pairs)
+/* Q4_K, eight rows, in llama.cpp's repacked orders (dot_x86.h says which):
+ * row j of super-block i laid out as PG_TYPE_Q4_K_X8 at sb, into its two
+ * chains; pairs: one FMA per pair of sub-blocks, else per super-block. */
+static void q4kx8_block(const uint8_t *sb, int j, const block_q8_K *xb, bool pairs, float *acc, float *accm)
 {
-	float acc = 0, accm = 0;
-	for (int64_t i = 0; i < k / QK_K; i++) {
-		const uint8_t *sb = grp + (size_t)i * PG_Q4KX8_SB;
-		pg_f16 d16, dm16;
-		memcpy(&d16, sb + 1152 + 2 * j, 2);
-		memcpy(&dm16, sb + 1168 + 2 * j, 2);
-		const float d = pg_f16_to_f32(d16) * x[i].d, dm = pg_f16_to_f32(dm16) * x[i].d;
-		int isum = 0, msum = 0;
-		for (int g = 0; g < 4; g++) {
-			int gi = 0, gm = 0;
-			for (int h = 0; h < 2; h++) {
-				const int t = 2 * g + h;
-				int sum = 0;
-				for (int e = 0; e < 8; e++)
-					for (int b = 0; b < 4; b++) {
-						const uint8_t q = sb[32 * (8 * g + e) + 4 * j + b];
-						sum += (h ? q >> 4 : q & 0xF) * x[i].qs[64 * g + 32 * h + 4 * e + b];
-					}
-				gi += sb[1024 + 8 * t + j] * sum;
-				gm += sb[1088 + 8 * t + j] * (x[i].bsums[2 * t] + x[i].bsums[2 * t + 1]);
-			}
-			if (pairs) {
-				acc = fmaf((float)gi, d, acc);
-				accm = fmaf((float)gm, dm, accm);
-			}
-			isum += gi;
-			msum += gm;
+	pg_f16 d16, dm16;
+	memcpy(&d16, sb + 1152 + 2 * j, 2);
+	memcpy(&dm16, sb + 1168 + 2 * j, 2);
+	const float d = pg_f16_to_f32(d16) * xb->d, dm = pg_f16_to_f32(dm16) * xb->d;
+	int isum = 0, msum = 0;
+	for (int g = 0; g < 4; g++) {
+		int gi = 0, gm = 0;
+		for (int h = 0; h < 2; h++) {
+			const int t = 2 * g + h;
+			int sum = 0;
+			for (int e = 0; e < 8; e++)
+				for (int b = 0; b < 4; b++) {
+					const uint8_t q = sb[32 * (8 * g + e) + 4 * j + b];
+					sum += (h ? q >> 4 : q & 0xF) * xb->qs[64 * g + 32 * h + 4 * e + b];
+				}
+			gi += sb[1024 + 8 * t + j] * sum;
+			gm += sb[1088 + 8 * t + j] * (xb->bsums[2 * t] + xb->bsums[2 * t + 1]);
 		}
-		if (!pairs) {
-			acc = fmaf((float)isum, d, acc);
-			accm = fmaf((float)msum, dm, accm);
+		if (pairs) {
+			*acc = fmaf((float)gi, d, *acc);
+			*accm = fmaf((float)gm, dm, *accm);
 		}
+		isum += gi;
+		msum += gm;
 	}
-	return acc - accm;
+	if (!pairs) {
+		*acc = fmaf((float)isum, d, *acc);
+		*accm = fmaf((float)msum, dm, *accm);
+	}
 }
 
-#define SCALAR_Q4KX8(NAME, PAIRS)                                                                   \
+/* file: w is 8 rows of Q4_K where they lie (bw bytes apart), each block
+ * laid out as it is met; else a group of PG_TYPE_Q4_K_X8. */
+static void q4kx8_rows(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, size_t bs,
+		       bool pairs, bool file)
+{
+	float acc[PG_Q4K_PAIRS_NR][8] = { { 0 } }, accm[PG_Q4K_PAIRS_NR][8] = { { 0 } };
+	uint8_t tmp[PG_Q4KX8_SB];
+	const block_q4_K *rows[8];
+	for (int j = 0; file && j < 8; j++)
+		rows[j] = (const block_q4_K *)((const char *)w + (size_t)j * bw);
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *sb = tmp;
+		if (file)
+			pg_q4_K_x8_block(rows, i, tmp);
+		else
+			sb = (const uint8_t *)w + (size_t)i * PG_Q4KX8_SB;
+		for (int r = 0; r < nr; r++)
+			for (int j = 0; j < 8; j++)
+				q4kx8_block(sb, j, (const block_q8_K *)((const char *)x + (size_t)r * bx) + i, pairs,
+					    &acc[r][j], &accm[r][j]);
+	}
+	for (int r = 0; r < nr; r++)
+		for (int j = 0; j < 8; j++)
+			s[(size_t)r * bs + j] = acc[r][j] - accm[r][j];
+}
+
+#define SCALAR_Q4KX8(NAME, PAIRS, FILE)                                                             \
 	static void NAME(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, \
 			 size_t bs)                                                                      \
 	{                                                                                           \
-		(void)bw;                                                                           \
-		for (int r = 0; r < nr; r++)                                                        \
-			for (int j = 0; j < 8; j++)                                                 \
-				s[(size_t)r * bs + j] = dot_q4_K_x8r(                               \
-					k, w, j, (const block_q8_K *)((const char *)x + (size_t)r * bx), PAIRS); \
+		q4kx8_rows(k, w, bw, x, bx, nr, s, bs, PAIRS, FILE);                                \
 	}
-SCALAR_Q4KX8(gemv8_q4_K_x8r, false)
-SCALAR_Q4KX8(gemm8_q4_K_x8r, true)
+SCALAR_Q4KX8(gemv8_q4_K_x8r, false, false)
+SCALAR_Q4KX8(gemm8_q4_K_x8r, true, false)
+SCALAR_Q4KX8(gemv8_q4_K, false, true)
+SCALAR_Q4KX8(gemm8_q4_K, true, true)
 
 /* ---- elementwise ----------------------------------------------------------- */
 
@@ -655,7 +625,7 @@ const struct pg_kern pg_kern_scalar = {
 		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
 	},
 	.gemm8 = {
-		[PG_TYPE_Q4_K] = gemv8_q4_K_pairs,
+		[PG_TYPE_Q4_K] = gemm8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemm8_q4_K_x8r,
 	},
 	.q4_0_x8 = pg_q4_0_x8_scalar,

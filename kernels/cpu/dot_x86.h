@@ -424,16 +424,12 @@ ALWAYS_INLINE void q23_K_tile(int64_t k, const void *vw, const int three, const 
 		if (three) {
 			const block_q3_K *b = (const block_q3_K *)vw + i;
 			pf_block(b, sizeof(block_q3_K));
-			/* pg_q3_K_scales in registers: its bytes stored in two
-			 * halves and read back as one stall the load (no
-			 * store forwarding) */
-			uint32_t a[3];
-			memcpy(a, b->scales, 12);
-			const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
-			sc8 = _mm_sub_epi8(_mm_setr_epi32((int)((a[0] & m4) | ((a[2] & m2) << 4)),
-							  (int)((a[1] & m4) | (((a[2] >> 2) & m2) << 4)),
-							  (int)(((a[0] >> 4) & m4) | (((a[2] >> 4) & m2) << 4)),
-							  (int)(((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4))),
+			/* the words straight into a vector: pg_q3_K_scales' bytes,
+			 * stored in two halves and read back as one, stall the
+			 * load (no store forwarding) */
+			uint32_t u[4];
+			pg_q3_K_scale_words(b->scales, u);
+			sc8 = _mm_sub_epi8(_mm_setr_epi32((int)u[0], (int)u[1], (int)u[2], (int)u[3]),
 					   _mm_set1_epi8(32));
 			hb = _mm256_loadu_si256((const __m256i *)b->hmask);
 			qs = b->qs;
@@ -791,161 +787,17 @@ ALWAYS_INLINE void q8_0_x8_row(int64_t k, const void *w, size_t bw, const void *
 		s[j] = hsum_ps(acc[j]);
 }
 
-/* Per super-block: isum = Σ scale·(q·y) and msum = Σ min·(sum of 32 y),
- * acc += isum·(d·dy), accm += msum·(dmin·dy), result acc - accm, as
- * ggml_gemv_q4_K_8x8_q8_K, which llama.cpp runs on the rows its gemm
- * does not take (q4_K_pairs_x8_tile). A super-block is enough work to hide
- * a scalar FMA chain, so rows go one by one. */
-ALWAYS_INLINE void q4_K_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
-				float *s, size_t bs)
-{
-	const __m256i lo4 = _mm256_set1_epi8(0x0F);
-	for (int j = 0; j < 8; j++) {
-		const block_q4_K *wr = WROW(block_q4_K, w, bw, j);
-		__m128 acc[PG_MAX_NR]; /* lane 0: d chain, lane 1: dmin chain */
-		for (int r = 0; r < nr; r++)
-			acc[r] = _mm_setzero_ps();
-		for (int64_t i = 0; i < k / QK_K; i++) {
-			const block_q4_K *b = wr + i;
-			uint8_t sm[16];
-			k4_scales(b->scales, sm);
-			const __m256i mins16 = _mm256_cvtepu8_epi16(
-				_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
-						 _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
-			__m256i is[PG_MAX_NR];
-			for (int r = 0; r < nr; r++)
-				is[r] = _mm256_setzero_si256();
-			for (int g = 0; g < 4; g++) {
-				const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * g));
-				const __m256i ql = _mm256_and_si256(q, lo4);
-				const __m256i qhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
-				const __m256i sc0 = _mm256_set1_epi16(sm[2 * g]);
-				const __m256i sc1 = _mm256_set1_epi16(sm[2 * g + 1]);
-				for (int r = 0; r < nr; r++) {
-					const int8_t *y = XROW(block_q8_K, x, bx, r)[i].qs + 64 * g;
-					is[r] = dot_us8_scaled(is[r], ql, _mm256_loadu_si256((const __m256i *)y), sc0);
-					is[r] = dot_us8_scaled(is[r], qhi, _mm256_loadu_si256((const __m256i *)(y + 32)), sc1);
-				}
-			}
-			/* d, dmin are the block's first 4 bytes */
-			uint32_t ddm;
-			memcpy(&ddm, &b->d, 4);
-			const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
-			for (int r = 0; r < nr; r++) {
-				const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
-				const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins16);
-				/* lanes: isum, msum (and again) */
-				const __m256i h = _mm256_hadd_epi32(is[r], ms);
-				__m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-				t = _mm_hadd_epi32(t, t);
-				acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(t), _mm_mul_ps(dd, _mm_set1_ps(xb->d)), acc[r]);
-			}
-		}
-		for (int r = 0; r < nr; r++)
-			s[(size_t)r * bs + j] = _mm_cvtss_f32(acc[r]) - _mm_cvtss_f32(_mm_movehdup_ps(acc[r]));
-	}
-}
-
-/* out[e] lane j = dword e of v[j] */
-ALWAYS_INLINE void transpose8x8_epi32(const __m256i *v, __m256i *out)
-{
-	__m256i t[8], u[8];
-	for (int i = 0; i < 4; i++) {
-		t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-		t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-	}
-	for (int h = 0; h < 2; h++) {
-		u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
-		u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
-		u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
-		u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
-	}
-	for (int e = 0; e < 4; e++) {
-		out[e] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x20);
-		out[e + 4] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x31);
-	}
-}
-
-/* ggml_gemm_q4_K_8x8_q8_K, which llama.cpp runs on its ubatch's rows 4 at
- * a time: the two chains of q4_K_x8_tile with one FMA per pair of
- * sub-blocks (64 elements) instead of one per super-block. Four times the
- * FMAs, so here the 8 weight rows are the lanes, as in llama.cpp's
- * repacked layout: per block the rows' quants are transposed in 4-byte
- * units (lane j = row j), so each unit of 4 activations, broadcast, meets
- * all 8 rows in one maddubs; a sub-block's 8 units add up in i16 (at most
- * 8·2·15·127 = 30480) and one madd with the rows' scales gives each row's
- * scaled sum in its lane. */
-static inline void q4_K_pairs_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr,
-				      float *s, size_t bs)
-{
-	__m256i q[8][8];  /* sub-block t, unit e: lane j = row j's 4 levels */
-	__m256i sc[8];    /* sub-block t: (scale, scale) in lane j */
-	__m256i mn[8];    /* sub-block t: min in lane j */
-	const __m256i lo4 = _mm256_set1_epi8(0x0F);
-	__m256 acc[PG_Q4K_PAIRS_NR], accm[PG_Q4K_PAIRS_NR];
-	for (int r = 0; r < nr; r++)
-		acc[r] = accm[r] = _mm256_setzero_ps();
-	for (int64_t i = 0; i < k / QK_K; i++) {
-		int32_t scs[8][8], mins[8][8];
-		for (int j = 0; j < 8; j++) {
-			uint8_t sm[16];
-			k4_scales((WROW(block_q4_K, w, bw, j) + i)->scales, sm);
-			for (int t = 0; t < 8; t++) {
-				scs[t][j] = sm[t] * 0x10001;
-				mins[t][j] = sm[8 + t];
-			}
-		}
-		for (int t = 0; t < 8; t++) {
-			sc[t] = _mm256_loadu_si256((const __m256i *)scs[t]);
-			mn[t] = _mm256_loadu_si256((const __m256i *)mins[t]);
-		}
-		for (int g = 0; g < 4; g++) {
-			__m256i v[8], tr[8];
-			for (int j = 0; j < 8; j++)
-				v[j] = _mm256_loadu_si256((const __m256i *)((WROW(block_q4_K, w, bw, j) + i)->qs + 32 * g));
-			transpose8x8_epi32(v, tr);
-			for (int e = 0; e < 8; e++) {
-				q[2 * g][e] = _mm256_and_si256(tr[e], lo4);
-				q[2 * g + 1][e] = _mm256_and_si256(_mm256_srli_epi16(tr[e], 4), lo4);
-			}
-		}
-		const __m256 dw = f16x8_strided(&WROW(block_q4_K, w, bw, 0)[i].d, bw);
-		const __m256 dmw = f16x8_strided(&WROW(block_q4_K, w, bw, 0)[i].dmin, bw);
-		for (int r = 0; r < nr; r++) {
-			const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
-			const __m256 dy = _mm256_set1_ps(xb->d);
-			const __m256 dd = _mm256_mul_ps(dw, dy), dm = _mm256_mul_ps(dmw, dy);
-			for (int g = 0; g < 4; g++) {
-				__m256i is = _mm256_setzero_si256();
-				for (int h = 0; h < 2; h++) {
-					const int8_t *y = xb->qs + 64 * g + 32 * h;
-					__m256i p16 = _mm256_setzero_si256();
-					#pragma GCC unroll 8
-					for (int e = 0; e < 8; e++) {
-						int32_t u;
-						memcpy(&u, y + 4 * e, 4);
-						p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q[2 * g + h][e], _mm256_set1_epi32(u)));
-					}
-					is = madd_acc(is, p16, sc[2 * g + h]);
-				}
-				acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[r]);
-				const __m256i b0 = _mm256_set1_epi32(xb->bsums[4 * g] + xb->bsums[4 * g + 1]);
-				const __m256i b1 = _mm256_set1_epi32(xb->bsums[4 * g + 2] + xb->bsums[4 * g + 3]);
-				const __m256i gm = _mm256_add_epi32(_mm256_mullo_epi32(mn[2 * g], b0),
-								    _mm256_mullo_epi32(mn[2 * g + 1], b1));
-				accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gm), dm, accm[r]);
-			}
-		}
-	}
-	for (int r = 0; r < nr; r++)
-		_mm256_storeu_ps(s + (size_t)r * bs, _mm256_sub_ps(acc[r], accm[r]));
-}
-
-/* PG_TYPE_Q4_K_X8 (repack.h): q4_K_pairs_x8_tile's arithmetic on the
- * layout it builds per block, built once at load. pairs: the gemm's order
- * (one FMA per pair of sub-blocks), else the gemv's (one per super-block).
- * One activation row (decode) unpacks the nibbles as it goes; more rows
- * unpack each block once into scratch. */
+/* Q4_K, eight weight rows at a time, in llama.cpp's repacked orders: per
+ * output two float chains (scaled sums, mins), acc - accm at the end, with
+ * one FMA each per super-block (ggml_gemv_q4_K_8x8_q8_K) or, with pairs,
+ * per pair of sub-blocks, 64 elements (ggml_gemm_q4_K_8x8_q8_K, which
+ * llama.cpp runs on its ubatch's rows 4 at a time). Both read the layout
+ * of PG_TYPE_Q4_K_X8 (repack.h), whose lanes are the 8 weight rows: a
+ * 4-byte unit of 4 activations, broadcast, meets all 8 rows in one
+ * maddubs; a sub-block's 8 units add up in i16 (at most 8·2·15·127 =
+ * 30480) and one madd with the rows' scales gives each row's scaled sum
+ * in its lane, so no sum is horizontal. Q4_K left in the file's layout is
+ * put in that layout a block at a time as it is read. */
 ALWAYS_INLINE __m256i q4kx8_pair(const uint8_t *sb, const __m256i *pre, const int8_t *y, int g)
 {
 	const __m256i lo4 = _mm256_set1_epi8(0x0F);
@@ -971,81 +823,161 @@ ALWAYS_INLINE __m256i q4kx8_pair(const uint8_t *sb, const __m256i *pre, const in
 	return is;
 }
 
-ALWAYS_INLINE void q4kx8_rows(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs,
-			      const int pairs, const int unpacked)
+/* One super-block of the layout at sb (block i of the activation rows)
+ * into the nr rows' two chains. */
+ALWAYS_INLINE void q4kx8_block(const uint8_t *sb, const void *x, size_t bx, int64_t i, int nr, __m256 *acc,
+			       __m256 *accm, const int pairs, const int unpacked)
 {
 	const __m256i lo4 = _mm256_set1_epi8(0x0F);
 	__m256i pre[64];
+	if (unpacked)
+		for (int g = 0; g < 4; g++)
+			for (int e = 0; e < 8; e++) {
+				const __m256i q = _mm256_loadu_si256((const __m256i *)(sb + 32 * (8 * g + e)));
+				pre[16 * g + e] = _mm256_and_si256(q, lo4);
+				pre[16 * g + 8 + e] = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+			}
+	__m256i mn[8];
+	for (int t = 0; t < 8; t++)
+		mn[t] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 1088 + 8 * t)));
+	const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 1152)));
+	const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 1168)));
+	for (int r = 0; r < nr; r++) {
+		const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
+		const __m256 dy = _mm256_set1_ps(xb->d);
+		const __m256 dd = _mm256_mul_ps(dw, dy), dm = _mm256_mul_ps(dmw, dy);
+		__m256i isum = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
+		for (int g = 0; g < 4; g++) {
+			const __m256i is = q4kx8_pair(sb, unpacked ? pre : NULL, xb->qs, g);
+			const __m256i b0 = _mm256_set1_epi32(xb->bsums[4 * g] + xb->bsums[4 * g + 1]);
+			const __m256i b1 = _mm256_set1_epi32(xb->bsums[4 * g + 2] + xb->bsums[4 * g + 3]);
+			const __m256i gm = _mm256_add_epi32(_mm256_mullo_epi32(mn[2 * g], b0),
+							    _mm256_mullo_epi32(mn[2 * g + 1], b1));
+			if (pairs) {
+				acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[r]);
+				accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gm), dm, accm[r]);
+			} else {
+				isum = _mm256_add_epi32(isum, is);
+				msum = _mm256_add_epi32(msum, gm);
+			}
+		}
+		if (!pairs) {
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[r]);
+			accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), dm, accm[r]);
+		}
+	}
+}
+
+/* out[e] lane j = dword e of v[j] */
+ALWAYS_INLINE void transpose8x8_epi32(const __m256i *v, __m256i *out)
+{
+	__m256i t[8], u[8];
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+	}
+	for (int h = 0; h < 2; h++) {
+		u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+		u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+		u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+		u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+	}
+	for (int e = 0; e < 4; e++) {
+		out[e] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x20);
+		out[e + 4] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x31);
+	}
+}
+
+/* pg_q4_K_x8_block in vectors, for the kernels that lay out each block of
+ * Q4_K left in the file as they read it: the quants as a transpose of 8x8
+ * dwords per 32 bytes, the 16 scales and mins of the 8 rows as one of 8x16
+ * bytes, which leaves them in the layout's order (sub-block t's 8 rows at
+ * 1024 + 8t, mins from 1088). */
+ALWAYS_INLINE void q4kx8_build(const block_q4_K *const rows[8], int64_t i, uint8_t *sb)
+{
+	for (int g = 0; g < 4; g++) {
+		__m256i v[8], tr[8];
+		for (int j = 0; j < 8; j++)
+			v[j] = _mm256_loadu_si256((const __m256i *)(rows[j][i].qs + 32 * g));
+		transpose8x8_epi32(v, tr);
+		for (int e = 0; e < 8; e++)
+			_mm256_store_si256((__m256i *)(sb + 32 * (8 * g + e)), tr[e]);
+	}
+	__m128i a[8], b[8];
+	pg_f16 d[8], dmin[8];
+	for (int j = 0; j < 8; j++) {
+		uint8_t sm[16];
+		k4_scales(rows[j][i].scales, sm);
+		a[j] = _mm_loadu_si128((const __m128i *)sm);
+		d[j] = rows[j][i].d;
+		dmin[j] = rows[j][i].dmin;
+	}
+	for (int j = 0; j < 8; j += 2) { /* bytes of rows j, j+1 interleaved */
+		b[j] = _mm_unpacklo_epi8(a[j], a[j + 1]);
+		b[j + 1] = _mm_unpackhi_epi8(a[j], a[j + 1]);
+	}
+	for (int q = 0; q < 2; q++) /* rows 4q..4q+3, bytes 0-7 and 8-15 */
+		for (int h = 0; h < 2; h++) {
+			a[4 * q + 2 * h] = _mm_unpacklo_epi16(b[4 * q + h], b[4 * q + 2 + h]);
+			a[4 * q + 2 * h + 1] = _mm_unpackhi_epi16(b[4 * q + h], b[4 * q + 2 + h]);
+		}
+	for (int c = 0; c < 4; c++) { /* a[c]: rows 0-3, a[4 + c]: rows 4-7, 4 bytes each */
+		_mm_storeu_si128((__m128i *)(sb + 1024 + 32 * c), _mm_unpacklo_epi32(a[c], a[4 + c]));
+		_mm_storeu_si128((__m128i *)(sb + 1024 + 32 * c + 16), _mm_unpackhi_epi32(a[c], a[4 + c]));
+	}
+	memcpy(sb + 1152, d, sizeof d);
+	memcpy(sb + 1168, dmin, sizeof dmin);
+}
+
+/* file: w is 8 rows of Q4_K where they lie (bw bytes apart), each block
+ * laid out in scratch as it is met (q4kx8_build); else w is a group
+ * of PG_TYPE_Q4_K_X8. */
+ALWAYS_INLINE void q4kx8_rows(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			      size_t bs, const int pairs, const int unpacked, const int file)
+{
 	__m256 acc[PG_Q4K_PAIRS_NR], accm[PG_Q4K_PAIRS_NR];
+	uint8_t tmp[PG_Q4KX8_SB] __attribute__((aligned(32)));
+	const block_q4_K *rows[8];
+	for (int j = 0; file && j < 8; j++)
+		rows[j] = WROW(block_q4_K, w, bw, j);
 	for (int r = 0; r < nr; r++)
 		acc[r] = accm[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < k / QK_K; i++) {
-		const uint8_t *sb = (const uint8_t *)w + (size_t)i * PG_Q4KX8_SB;
-		/* The run is linear (the next group follows the last block), but
-		 * each block is read out of order, which the hardware prefetchers
-		 * follow poorly: fetch 4 blocks ahead, in step. */
-		for (int l = 0; l < PG_Q4KX8_SB; l += 64)
-			_mm_prefetch((const char *)sb + 4 * PG_Q4KX8_SB + l, _MM_HINT_T0);
-		if (unpacked)
-			for (int g = 0; g < 4; g++)
-				for (int e = 0; e < 8; e++) {
-					const __m256i q = _mm256_loadu_si256((const __m256i *)(sb + 32 * (8 * g + e)));
-					pre[16 * g + e] = _mm256_and_si256(q, lo4);
-					pre[16 * g + 8 + e] = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
-				}
-		__m256i mn[8];
-		for (int t = 0; t < 8; t++)
-			mn[t] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 1088 + 8 * t)));
-		const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 1152)));
-		const __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 1168)));
-		for (int r = 0; r < nr; r++) {
-			const block_q8_K *xb = XROW(block_q8_K, x, bx, r) + i;
-			const __m256 dy = _mm256_set1_ps(xb->d);
-			const __m256 dd = _mm256_mul_ps(dw, dy), dm = _mm256_mul_ps(dmw, dy);
-			__m256i isum = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
-			for (int g = 0; g < 4; g++) {
-				const __m256i is = q4kx8_pair(sb, unpacked ? pre : NULL, xb->qs, g);
-				const __m256i b0 = _mm256_set1_epi32(xb->bsums[4 * g] + xb->bsums[4 * g + 1]);
-				const __m256i b1 = _mm256_set1_epi32(xb->bsums[4 * g + 2] + xb->bsums[4 * g + 3]);
-				const __m256i gm = _mm256_add_epi32(_mm256_mullo_epi32(mn[2 * g], b0),
-								    _mm256_mullo_epi32(mn[2 * g + 1], b1));
-				if (pairs) {
-					acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[r]);
-					accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gm), dm, accm[r]);
-				} else {
-					isum = _mm256_add_epi32(isum, is);
-					msum = _mm256_add_epi32(msum, gm);
-				}
-			}
-			if (!pairs) {
-				acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[r]);
-				accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), dm, accm[r]);
-			}
+		const uint8_t *sb = tmp;
+		if (file) {
+			for (int j = 0; j < 8; j++)
+				pf_block(rows[j] + i, sizeof(block_q4_K));
+			q4kx8_build(rows, i, tmp);
+		} else {
+			/* The run is linear (the next group follows the last block),
+			 * but each block is read out of order, which the hardware
+			 * prefetchers follow poorly: fetch 4 blocks ahead, in step. */
+			sb = (const uint8_t *)w + (size_t)i * PG_Q4KX8_SB;
+			for (int l = 0; l < PG_Q4KX8_SB; l += 64)
+				_mm_prefetch((const char *)sb + 4 * PG_Q4KX8_SB + l, _MM_HINT_T0);
 		}
+		q4kx8_block(sb, x, bx, i, nr, acc, accm, pairs, unpacked);
 	}
 	for (int r = 0; r < nr; r++)
 		_mm256_storeu_ps(s + (size_t)r * bs, _mm256_sub_ps(acc[r], accm[r]));
 }
 
-static void gemv8_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-			   size_t bs)
-{
-	(void)bw;
-	if (nr == 1)
-		q4kx8_rows(k, w, x, bx, 1, s, bs, 0, 0);
-	else
-		q4kx8_rows(k, w, x, bx, nr, s, bs, 0, 1);
-}
-
-static void gemm8_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-			   size_t bs)
-{
-	(void)bw;
-	if (nr == 1)
-		q4kx8_rows(k, w, x, bx, 1, s, bs, 1, 0);
-	else
-		q4kx8_rows(k, w, x, bx, nr, s, bs, 1, 1);
-}
+/* gemv8_q4_K_x8r, gemm8_q4_K_x8r (PG_TYPE_Q4_K_X8) and gemv8_q4_K,
+ * gemm8_q4_K (Q4_K in the file's layout): one activation row (decode)
+ * unpacks the nibbles as it goes, more unpack each block once. */
+#define Q4KX8_KERNEL(NAME, PAIRS, FILE)                                                                \
+	static void NAME(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,  \
+			 size_t bs)                                                                        \
+	{                                                                                                 \
+		if (nr == 1)                                                                              \
+			q4kx8_rows(k, w, bw, x, bx, 1, s, bs, PAIRS, 0, FILE);                            \
+		else                                                                                      \
+			q4kx8_rows(k, w, bw, x, bx, nr, s, bs, PAIRS, 1, FILE);                           \
+	}
+Q4KX8_KERNEL(gemv8_q4_K_x8r, 0, 0)
+Q4KX8_KERNEL(gemm8_q4_K_x8r, 1, 0)
+Q4KX8_KERNEL(gemv8_q4_K, 0, 1)
+Q4KX8_KERNEL(gemm8_q4_K, 1, 1)
 
 /* Instantiates gemv_NAME(k, w, x, bx, nr, s, bs) from a tile body with the
  * row count a compile-time constant, so the per-row arrays live in
@@ -1105,14 +1037,6 @@ static void gemv8_q8_0(int64_t k, const void *w, size_t bw, const void *x, size_
 	case 3: q8_0_x8_tile(k, w, bw, x, bx, 3, s, bs); break;
 	default: q8_0_x8_tile(k, w, bw, x, bx, 4, s, bs); break;
 	}
-}
-X86_GEMV8(q4_K, q4_K_x8_tile)
-/* up to PG_Q4K_PAIRS_NR activation rows: the block's transposed quants
- * serve them all */
-static void gemv8_q4_K_pairs(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-			     size_t bs)
-{
-	q4_K_pairs_x8_tile(k, w, bw, x, bx, nr, s, bs);
 }
 #ifndef PG_X86_VNNI
 /* pg_kern.q8_0_s127_row (nr == 1) */

@@ -82,6 +82,10 @@ bool pg_q8_0_has_m128(const void *src, int64_t nb);
 size_t pg_q4_K_x8_size(int64_t n, int64_t k);
 /* Repacks n rows of Q4_K (k elements each, contiguous) into dst. */
 void pg_q4_K_x8_repack(const void *src, void *dst, int64_t n, int64_t k);
+/* Super-block i of that layout (PG_Q4KX8_SB bytes at sb) from 8 rows in
+ * the file's layout: the load-time repack, and the kernels that take Q4_K
+ * left in the file, one block at a time. */
+void pg_q4_K_x8_block(const block_q4_K *const rows[8], int64_t i, uint8_t *sb);
 
 /* Q8_0 blocks to pg_q8x blocks, nb of them. */
 void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb);
