@@ -88,7 +88,8 @@ static int check_type(uint32_t t, const char *isa)
 int main(void)
 {
 	static const uint32_t types[] = { PG_TYPE_Q2_K, PG_TYPE_Q3_K, PG_TYPE_Q4_K, PG_TYPE_Q5_K, PG_TYPE_Q6_K,
-					  PG_TYPE_Q8_0, PG_TYPE_Q4_0, PG_TYPE_Q5_0, PG_TYPE_Q4_1, PG_TYPE_Q5_1, PG_TYPE_IQ4_XS };
+					  PG_TYPE_Q8_0, PG_TYPE_Q4_0, PG_TYPE_Q5_0, PG_TYPE_Q4_1, PG_TYPE_Q5_1, PG_TYPE_IQ4_NL,
+					  PG_TYPE_IQ4_XS };
 	static const char *isas[] = { "scalar", "avx2", "avx512" };
 	ggml_cpu_init();
 	int fails = 0;

@@ -24,6 +24,7 @@ static const struct pg_type_info type_table[PG_TYPE_COUNT] = {
 	[PG_TYPE_I64] = { "I64", 1, 8 },
 	[PG_TYPE_F64] = { "F64", 1, 8 },
 	[PG_TYPE_BF16] = { "BF16", 1, 2 },
+	[PG_TYPE_IQ4_NL] = { "IQ4_NL", 32, sizeof(block_iq4_nl) },
 	[PG_TYPE_IQ4_XS] = { "IQ4_XS", QK_K, sizeof(block_iq4_xs) },
 };
 
@@ -36,6 +37,7 @@ _Static_assert(sizeof(block_q3_K) == 110, "q3_K layout");
 _Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(block_iq4_nl) == sizeof(block_q4_0), "iq4_nl layout");
 _Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs layout");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 

@@ -30,6 +30,7 @@ enum pg_type {
 	PG_TYPE_I16 = 25,
 	PG_TYPE_I32 = 26,
 	PG_TYPE_I64 = 27,
+	PG_TYPE_IQ4_NL = 20,
 	PG_TYPE_IQ4_XS = 23,
 	PG_TYPE_F64 = 28,
 	PG_TYPE_BF16 = 30,
@@ -44,7 +45,10 @@ enum pg_type {
 	/* Internal: Q4_K weights repacked at load into groups of 8 rows with
 	 * the rows as vector lanes (kernels/cpu/repack.h). */
 	PG_TYPE_Q4_K_X8 = 40,
-	PG_TYPE_COUNT = 41,
+	/* Internal: IQ4_NL weights repacked at load, in Q4_0_X8's layout (the
+	 * blocks are alike: an f16 scale and 32 nibbles). */
+	PG_TYPE_IQ4_NL_X8 = 41,
+	PG_TYPE_COUNT = 42,
 };
 
 #define QK4_0 32
@@ -71,6 +75,9 @@ typedef struct { pg_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K /
 typedef struct { pg_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; pg_f16 d; } block_q6_K;
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+/* 32 non-linear 4-bit levels (pg_iq4nl_values) times d; nibbles as in
+ * block_q4_0 (low: elements 0-15, high: 16-31) */
+typedef struct { pg_f16 d; uint8_t qs[32 / 2]; } block_iq4_nl;
 /* 8 groups of 32 non-linear 4-bit levels (pg_iq4nl_values), each group's
  * 6-bit scale split in scales_l (low 4 bits, two a byte) and scales_h (2
  * bits each), less 32 */

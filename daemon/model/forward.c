@@ -26,10 +26,11 @@ struct attn_task {
 	bool tiled;
 };
 
-/* A row's flags for pg_matmul_tb: tinyBLAS's order for F32/F16 weights
- * (tb), the repacked gemm's for Q4_K (g4). */
+/* A row's flags for pg_matmul_tb: tinyBLAS's order for F32/F16 and
+ * unrepacked IQ4_NL weights (tb), the repacked gemm's for Q4_K (g4), the
+ * IQ panel gemm's for IQ4_XS (p8). */
 struct row_order {
-	bool *tb, *g4;
+	bool *tb, *g4, *p8;
 };
 
 struct fwd_ctx {
@@ -94,7 +95,8 @@ struct fwd_ctx *fwd_ctx_create(const struct model *m, int max_tokens, int n_ctx,
 	for (int i = 0; i < 3; i++) {
 		ords[i]->tb = calloc(T, sizeof(bool));
 		ords[i]->g4 = calloc(T, sizeof(bool));
-		ord_ok = ord_ok && ords[i]->tb && ords[i]->g4;
+		ords[i]->p8 = calloc(T, sizeof(bool));
+		ord_ok = ord_ok && ords[i]->tb && ords[i]->g4 && ords[i]->p8;
 	}
 	if (!ord_ok || !c->x || !c->xn || !c->out_rows || !c->q || !c->k || !c->v || !c->att || !c->gate ||
 	    !c->up || !c->tasks || !c->tok_order || !c->seq_start || !c->scr) {
@@ -144,6 +146,7 @@ void fwd_ctx_free(struct fwd_ctx *c)
 	for (int i = 0; i < 3; i++) {
 		free(ords[i]->tb);
 		free(ords[i]->g4);
+		free(ords[i]->p8);
 	}
 	free(c);
 }
@@ -158,19 +161,25 @@ static struct pg_pool *pool_for(const struct fwd_ctx *c, double work)
 	return work >= PARALLEL_MIN_WORK ? c->pool : NULL;
 }
 
-/* tb: per row, llama.cpp's tinyBLAS order where it would apply (see
- * plan_order). */
+/* The flags that pick a row's order for this weight type (plan_order). */
+static const bool *order_flags(uint32_t type, const struct row_order *o)
+{
+	if (type == PG_TYPE_Q4_K || type == PG_TYPE_Q4_K_X8)
+		return o->g4;
+	return type == PG_TYPE_IQ4_XS ? o->p8 : o->tb;
+}
+
 static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, int n, float *y,
 		   const struct row_order *o)
 {
-	const bool *tb = (w->type == PG_TYPE_Q4_K || w->type == PG_TYPE_Q4_K_X8) ? o->g4 : o->tb;
+	const bool *tb = order_flags(w->type, o);
 	pg_matmul_tb(pool_for(c, (double)w->rows * w->cols * n), w->data, w->type, w->rows, w->cols, x, n, y,
 		     w->rows, tb);
 }
 
 /* Weights that read the same input (Q, K, V; gate, up): one conversion of
- * the input and one pool run, unless a row wants the tinyBLAS order (F32
- * and F16 weights only), which pg_matmul_tb alone gives. */
+ * the input and one pool run, unless a row wants an order that
+ * pg_matmul_tb alone gives (tinyBLAS's, a batched kernel's). */
 static void matmul_many(struct fwd_ctx *c, const struct model_weight *const *w, float *const *y, int count,
 			const float *x, int n, const struct row_order *ord)
 {
@@ -178,7 +187,7 @@ static void matmul_many(struct fwd_ctx *c, const struct model_weight *const *w, 
 	double work = 0;
 	bool fuse = count <= 4;
 	for (int i = 0; fuse && i < count; i++) {
-		const bool *tb = (w[i]->type == PG_TYPE_Q4_K || w[i]->type == PG_TYPE_Q4_K_X8) ? ord->g4 : ord->tb;
+		const bool *tb = order_flags(w[i]->type, ord);
 		if (pg_matmul_tb_applies(w[i]->type, w[i]->rows, w[i]->cols))
 			for (int t = 0; t < n; t++)
 				fuse = fuse && !tb[t];
@@ -367,7 +376,8 @@ static int attn_plan(const struct model *m, struct fwd_ctx *c, const struct fwd_
  * Q4_K (repacked by llama.cpp): of the rows a matmul sees, the first
  * rows - rows % 4 take the 4-row gemm and the rest the one-row gemv, which
  * round differently too: by the token's place in its ubatch, or among the
- * wanted rows of it in the last layer. */
+ * wanted rows of it in the last layer. IQ4_XS: a matmul of 8 rows or more
+ * takes the IQ panel gemm for every row. */
 static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 {
 	int n_want = 0, n_seq = 0;
@@ -375,6 +385,7 @@ static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 		const int u = b->ubatch ? b->ubatch[t] : b->n, i = b->ubatch ? b->pos[t] % MODEL_UBATCH : t;
 		c->all.tb[t] = u >= 2;
 		c->all.g4[t] = i < u - u % 4;
+		c->all.p8[t] = u >= 8;
 		n_want += b->want[t];
 		if (b->seq[t] + 1 > n_seq)
 			n_seq = b->seq[t] + 1;
@@ -383,6 +394,7 @@ static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 		for (int t = 0, rank = 0; t < b->n; t++) {
 			c->last.tb[t] = c->all.tb[t] && n_want >= 2;
 			c->last.g4[t] = b->want[t] && rank < n_want - n_want % 4;
+			c->last.p8[t] = n_want >= 8;
 			rank += b->want[t];
 		}
 		return;
@@ -402,6 +414,7 @@ static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 				const int u = c->tok_order[q];
 				c->last.tb[u] = c->all.tb[t] && w >= 2;
 				c->last.g4[u] = b->want[u] && rank < w - w % 4;
+				c->last.p8[u] = w >= 8;
 				rank += b->want[u];
 			}
 		}
@@ -507,6 +520,7 @@ int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, 
 		if (b->want[t]) {
 			c->out.tb[n_out] = c->last.tb[t];
 			c->out.g4[n_out] = c->last.g4[t];
+			c->out.p8[n_out] = c->last.p8[t];
 			pg_rmsnorm(c->out_rows + (size_t)n_out++ * hp->n_embd, c->x + (size_t)t * hp->n_embd,
 				   m->output_norm, hp->n_embd, hp->norm_eps);
 		}

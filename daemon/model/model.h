@@ -3,10 +3,11 @@
  *
  * Weights keep the file's types; only the small 1-D tensors (norms,
  * biases) are converted to f32 at load. The matrices the forward pass
- * streams move into one anonymous huge-page mapping (model.weights), Q4_0
- * and Q4_K ones with a multiple of 8 rows repacked there (PG_TYPE_Q4_0_X8,
- * PG_TYPE_Q4_K_X8, kernels/cpu/repack.h) as llama.cpp repacks them, Q8_0 ones found free of
- * -128 quants marked PG_TYPE_Q8_0_S127; the token embedding stays in the
+ * streams move into one anonymous huge-page mapping (model.weights), Q4_0,
+ * IQ4_NL and Q4_K ones with a multiple of 8 rows repacked there
+ * (PG_TYPE_Q4_0_X8, PG_TYPE_IQ4_NL_X8, PG_TYPE_Q4_K_X8, kernels/cpu/repack.h)
+ * as llama.cpp repacks them, Q8_0 ones found free of -128 quants marked
+ * PG_TYPE_Q8_0_S127; the token embedding stays in the
  * file's mapping.
  */
 #ifndef PAGODA_MODEL_H

@@ -213,11 +213,11 @@ static uint32_t dominant_type(const struct model *m)
  * output) move into one anonymous mapping backed by huge pages: a decode
  * step reads all of them, and from 4 KiB file pages it pays a TLB miss
  * every 4 KiB (measured here: the matmuls of a Q8_0 decode step 12% faster
- * from the copy). Q4_0 and Q4_K matrices with a multiple of 8 rows, the
- * ones llama.cpp repacks (q4_0_8x8, q4_K_8x8), go in the 8-row layouts of
- * kernels/cpu/repack.h; their kernels keep llama.cpp's orders. The rest are
- * copied as they are. The token embedding is read by rows, not multiplied,
- * and stays where it is (an output tied to it stays too, unless it is
+ * from the copy). Q4_0, IQ4_NL and Q4_K matrices with a multiple of 8
+ * rows, the ones llama.cpp repacks (q4_0_8x8, iq4_nl_8x8, q4_K_8x8), go
+ * in the 8-row layouts of kernels/cpu/repack.h; their kernels keep
+ * llama.cpp's orders. The rest are copied as they are. The token
+ * embedding is read by rows, not multiplied, and stays where it is (an output tied to it stays too, unless it is
  * repacked). The file pages a matrix came from are dropped from the file's
  * mapping: nothing reads them again, and they would otherwise count twice.
  * PAGODA_MMAP_WEIGHTS=1 keeps the unrepacked matrices in the file's
@@ -227,19 +227,24 @@ static uint32_t dominant_type(const struct model *m)
  * without swap cannot. */
 static bool repackable(const struct model_weight *w)
 {
-	return (w->type == PG_TYPE_Q4_0 && w->rows % 8 == 0 && w->cols % QK4_0 == 0) ||
+	return ((w->type == PG_TYPE_Q4_0 || w->type == PG_TYPE_IQ4_NL) && w->rows % 8 == 0 && w->cols % QK4_0 == 0) ||
 	       (w->type == PG_TYPE_Q4_K && w->rows % 8 == 0 && w->cols % QK_K == 0);
 }
 
 /* The type a repackable matrix takes in the copy, and the copy's bytes. */
 static uint32_t repacked_type(const struct model_weight *w)
 {
-	return w->type == PG_TYPE_Q4_K ? PG_TYPE_Q4_K_X8 : PG_TYPE_Q4_0_X8;
+	switch (w->type) {
+	case PG_TYPE_Q4_K: return PG_TYPE_Q4_K_X8;
+	case PG_TYPE_IQ4_NL: return PG_TYPE_IQ4_NL_X8;
+	default: return PG_TYPE_Q4_0_X8;
+	}
 }
 
 static size_t repacked_bytes(const struct model_weight *w)
 {
-	return w->type == PG_TYPE_Q4_K ? pg_q4_K_x8_size(w->rows, w->cols) : pg_q4_0_x8_size(w->rows, w->cols);
+	return w->type == PG_TYPE_Q4_K ? pg_q4_K_x8_size(w->rows, w->cols) /* Q4_0, IQ4_NL */
+				       : pg_q4_0_x8_size(w->rows, w->cols);
 }
 
 static size_t matrix_bytes(const struct model_weight *w)

@@ -15,8 +15,12 @@
 /* Widest tile of activation rows a gemv kernel takes in one call: each
  * weight block is decoded once and used against this many rows. */
 #define PG_MAX_NR 4
-/* The same for pg_kern.q4_K_x8_pairs, whose per-block set-up is larger */
+/* The same for the Q4_K kernels of pg_kern.gemm8, whose per-block set-up
+ * is larger */
 #define PG_Q4K_PAIRS_NR 16
+/* The most activation rows one pg_kern.gemm8 call takes (IQ4_XS decodes
+ * each super-block of its 8 weight rows once a call) */
+#define PG_GEMM8_MAX_NR 64
 
 /* s[r*bs] = dot(w, x + r*bx) for r < nr (1 <= nr <= PG_MAX_NR); w is one
  * weight row, x rows of the weight's vec-dot type; k elements. */
@@ -32,6 +36,12 @@ typedef void (*pg_gemv_fn)(int64_t k, const void *w, const void *x, size_t bx, i
  * of the rows. */
 typedef void (*pg_gemv8_fn)(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 			    size_t bs);
+/* nw (<= PG_TB_NW) consecutive weight rows (stride bw) against nr (<=
+ * PG_MAX_NR) activation rows: s[r*bs + j] = dot(w_j, x_r), in the order
+ * of llamafile's tinyBLAS (tinyblas.h). */
+#define PG_TB_NW 4
+typedef void (*pg_tb_fn)(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
+			 size_t bs);
 /* Activation conversion to the vec-dot type; identical output on every ISA. */
 typedef void (*pg_from_float_fn)(const float *x, void *y, int64_t k);
 
@@ -39,13 +49,21 @@ struct pg_kern {
 	const char *name;
 	pg_gemv_fn gemv[PG_TYPE_COUNT];
 	pg_gemv8_fn gemv8[PG_TYPE_COUNT]; /* weights with n % 8 == 0; NULL: gemv */
-	pg_q4_0_x8_fn q4_0_x8; /* PG_TYPE_Q4_0_X8 (repack.h) */
+	/* The prompt rows llama.cpp gives tinyBLAS (F32, F16; IQ4_NL where not
+	 * repacked), where its order differs from vec_dot's; see tinyblas.c. */
+	pg_tb_fn tb[PG_TYPE_COUNT];
+	pg_q4_0_x8_fn q4_0_x8;   /* PG_TYPE_Q4_0_X8 (repack.h) */
+	pg_q4_0_x8_fn iq4_nl_x8; /* PG_TYPE_IQ4_NL_X8, the same layout */
 	pg_gemv8_fn q8_0_s127_row; /* PG_TYPE_Q8_0_S127, one activation row; NULL: gemv8[Q8_0] */
-	/* Where llama.cpp's repacked gemm sums in another order than its gemv
-	 * (Q4_K, n % 8 == 0: ggml_gemm_q4_K_8x8_q8_K, for the rows its matmul
-	 * takes 4 at a time): that order, up to PG_Q4K_PAIRS_NR rows a call.
-	 * gemv8 is the gemv's order, for the rest. */
+	/* Where llama.cpp's batched kernel sums in another order than its
+	 * one-row one (n % 8 == 0; Q4_K: ggml_gemm_q4_K_8x8_q8_K, for the rows
+	 * its matmul takes 4 at a time; IQ4_XS: the IQ panel gemm, for
+	 * matmuls of 8 rows or more): that order, up to PG_GEMM8_MAX_NR rows a
+	 * call. gemv8 (or, where NULL, gemv) is the other, for the rest. */
 	pg_gemv8_fn gemm8[PG_TYPE_COUNT];
+	/* gemm8's order on 16 weight rows (bw apart) at once, where wider
+	 * vectors pay; NULL: gemm8 twice */
+	pg_gemv8_fn gemm16[PG_TYPE_COUNT];
 	pg_from_float_fn from_float[PG_TYPE_COUNT]; /* indexed by vec-dot type */
 	const struct pg_act_pack *act_pack[PG_TYPE_COUNT]; /* by weight type; NULL: none */
 	void (*softmax)(float *x, int64_t n);

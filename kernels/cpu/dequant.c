@@ -187,6 +187,18 @@ static void dq_q6_K(const block_q6_K *x, float *y, int64_t nb)
 	}
 }
 
+/* IQ4_NL: one group of 32 non-linear levels times d, nibbles as Q4_0's. */
+static void dq_iq4_nl(const block_iq4_nl *x, float *y, int64_t nb)
+{
+	for (int64_t i = 0; i < nb; i++, y += 32) {
+		const float d = pg_f16_to_f32(x[i].d);
+		for (int j = 0; j < 16; j++) {
+			y[j] = d * pg_iq4nl_values[x[i].qs[j] & 0xF];
+			y[j + 16] = d * pg_iq4nl_values[x[i].qs[j] >> 4];
+		}
+	}
+}
+
 /* IQ4_XS: eight groups of 32, each a 6-bit scale biased by 32 (low nibble
  * in scales_l, two groups a byte; top bit pair in scales_h) times
  * non-linear levels. Within a group, qs byte j holds element j in its low
@@ -233,6 +245,7 @@ void pg_dequant_row(uint32_t type, const void *src, float *dst, int64_t k)
 	case PG_TYPE_Q4_K: dq_q4_K(src, dst, nb); break;
 	case PG_TYPE_Q5_K: dq_q5_K(src, dst, nb); break;
 	case PG_TYPE_Q6_K: dq_q6_K(src, dst, nb); break;
+	case PG_TYPE_IQ4_NL: dq_iq4_nl(src, dst, nb); break;
 	case PG_TYPE_IQ4_XS: dq_iq4_xs(src, dst, nb); break;
 	default: break;
 	}

@@ -2,6 +2,7 @@
 #pragma GCC optimize("fp-contract=off") /* no FMAs beyond the ones written */
 
 #include "kernels/cpu/dot_x86.h"
+#include "kernels/cpu/tinyblas.h"
 
 #include <math.h>
 
@@ -136,10 +137,12 @@ const struct pg_kern pg_kern_avx2 = {
 		[PG_TYPE_Q4_K] = gemv_q4_K,
 		[PG_TYPE_Q5_K] = gemv_q5_K,
 		[PG_TYPE_Q6_K] = gemv_q6_K,
+		[PG_TYPE_IQ4_NL] = gemv_iq4_nl,
 		[PG_TYPE_IQ4_XS] = gemv_iq4_xs,
 	},
 	.gemv8 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,
+		[PG_TYPE_IQ4_NL] = gemv8_iq4_nl,
 		[PG_TYPE_Q8_0] = gemv8_q8_0,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
@@ -147,8 +150,15 @@ const struct pg_kern pg_kern_avx2 = {
 	.gemm8 = {
 		[PG_TYPE_Q4_K] = gemm8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemm8_q4_K_x8r,
+		[PG_TYPE_IQ4_XS] = gemm8_iq4_xs,
+	},
+	.tb = {
+		[PG_TYPE_F32] = pg_tb_f32_avx2,
+		[PG_TYPE_F16] = pg_tb_f16_avx2,
+		[PG_TYPE_IQ4_NL] = tb_iq4_nl,
 	},
 	.q4_0_x8 = pg_q4_0_x8_avx2,
+	.iq4_nl_x8 = pg_iq4_nl_x8_avx2,
 	.q8_0_s127_row = gemv8_q8_0_s127_row,
 	.act_pack = {
 		[PG_TYPE_Q8_0] = &q8_0_quads,

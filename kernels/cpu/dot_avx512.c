@@ -8,6 +8,7 @@
 
 #define PG_X86_VNNI 1
 #include "kernels/cpu/dot_x86.h"
+#include "kernels/cpu/tinyblas.h"
 
 #include <math.h>
 
@@ -151,6 +152,87 @@ static void f32_from_float(const float *x, void *y, int64_t k)
 	memcpy(y, x, (size_t)k * sizeof(float));
 }
 
+/* IQ4_XS's panel gemm (gemm8_iq4_xs) on 16 weight rows: two 8-row panels
+ * side by side in 512-bit vectors, each activation broadcast to all 16
+ * lanes. Every output gets the same integer sum and float ops as on 256
+ * bits, at twice the width where the units are full width (Zen 5). */
+struct iq4xs_panel16 {
+	__m512i u[64];
+	__m512i sc[8];
+	__m512 d;
+};
+
+static void iq4xs_panel16_build(const void *w, size_t bw, int64_t i, struct iq4xs_panel16 *p)
+{
+	struct iq4xs_panel a, b;
+	iq4xs_panel_build(w, bw, i, &a);
+	iq4xs_panel_build((const char *)w + 8 * bw, bw, i, &b);
+	for (int v = 0; v < 64; v++)
+		p->u[v] = _mm512_inserti64x4(_mm512_castsi256_si512(a.u[v]), b.u[v], 1);
+	for (int g = 0; g < 8; g++)
+		p->sc[g] = _mm512_inserti64x4(_mm512_castsi256_si512(a.sc[g]), b.sc[g], 1);
+	p->d = _mm512_insertf32x8(_mm512_castps256_ps512(a.d), b.d, 1);
+}
+
+ALWAYS_INLINE void iq4xs_panel16_rows(const struct iq4xs_panel16 *p, const void *x, size_t bx, int64_t i, int r0,
+				      const int R, __m512 *acc)
+{
+	const block_q8_K *y[4];
+	__m512i isum[4];
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+		y[r] = XROW(block_q8_K, x, bx, r0 + r) + i;
+		isum[r] = _mm512_setzero_si512();
+	}
+	for (int ib = 0; ib < 8; ib++) {
+		__m512i g0[4], g1[4];
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			g0[r] = _mm512_set1_epi32(-128 * (y[r]->bsums[2 * ib] + y[r]->bsums[2 * ib + 1]));
+			g1[r] = _mm512_setzero_si512();
+		}
+		#pragma GCC unroll 8
+		for (int t = 0; t < 8; t += 2) {
+			const __m512i u0 = p->u[8 * ib + t], u1 = p->u[8 * ib + t + 1];
+			#pragma GCC unroll 4
+			for (int r = 0; r < R; r++) {
+				int32_t y0, y1;
+				memcpy(&y0, y[r]->qs + 32 * ib + 4 * t, 4);
+				memcpy(&y1, y[r]->qs + 32 * ib + 4 * t + 4, 4);
+				g0[r] = _mm512_dpbusd_epi32(g0[r], u0, _mm512_set1_epi32(y0));
+				g1[r] = _mm512_dpbusd_epi32(g1[r], u1, _mm512_set1_epi32(y1));
+			}
+		}
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_add_epi32(g0[r], g1[r]), p->sc[ib]));
+	}
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		acc[r0 + r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(p->d, _mm512_set1_ps(y[r]->d)),
+					      acc[r0 + r]);
+}
+
+/* pg_kern.gemm16 */
+static void gemm16_iq4_xs(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			  size_t bs)
+{
+	struct iq4xs_panel16 p;
+	__m512 acc[PG_GEMM8_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		iq4xs_panel16_build(w, bw, i, &p);
+		int r = 0;
+		for (; r + 4 <= nr; r += 4)
+			iq4xs_panel16_rows(&p, x, bx, i, r, 4, acc);
+		for (; r < nr; r++)
+			iq4xs_panel16_rows(&p, x, bx, i, r, 1, acc);
+	}
+	for (int r = 0; r < nr; r++)
+		_mm512_storeu_ps(s + (size_t)r * bs, acc[r]);
+}
+
 /* Two or more activation rows of Q8_0: packed pairs on 512-bit vectors.
  * One row (decode) stays on the 256-bit kernel: it is bound by memory. */
 static const struct pg_act_pack q8_0_pairs = {
@@ -176,10 +258,12 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_Q4_K] = gemv_q4_K,
 		[PG_TYPE_Q5_K] = gemv_q5_K,
 		[PG_TYPE_Q6_K] = gemv_q6_K,
+		[PG_TYPE_IQ4_NL] = gemv_iq4_nl,
 		[PG_TYPE_IQ4_XS] = gemv_iq4_xs,
 	},
 	.gemv8 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,
+		[PG_TYPE_IQ4_NL] = gemv8_iq4_nl,
 		[PG_TYPE_Q8_0] = gemv8_q8_0,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
@@ -187,8 +271,18 @@ const struct pg_kern pg_kern_avx512 = {
 	.gemm8 = {
 		[PG_TYPE_Q4_K] = gemm8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemm8_q4_K_x8r,
+		[PG_TYPE_IQ4_XS] = gemm8_iq4_xs,
+	},
+	.gemm16 = {
+		[PG_TYPE_IQ4_XS] = gemm16_iq4_xs,
+	},
+	.tb = {
+		[PG_TYPE_F32] = pg_tb_f32_avx512,
+		[PG_TYPE_F16] = pg_tb_f16_avx512,
+		[PG_TYPE_IQ4_NL] = tb_iq4_nl,
 	},
 	.q4_0_x8 = pg_q4_0_x8_avx512,
+	.iq4_nl_x8 = pg_iq4_nl_x8_avx512,
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = x86_f16_from_float,

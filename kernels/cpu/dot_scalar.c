@@ -419,6 +419,74 @@ static float dot_iq4_xs(int64_t k, const void *vw, const void *vx)
 	return hsum8(acc);
 }
 
+/* IQ4_NL: the 8 lane sums of a block (lane l = elements 4l..4l+3, the low
+ * nibbles being elements 0-15), as ggml's and tinyBLAS's AVX2 kernels lay
+ * a block out. */
+static void iq4_nl_lanes(const block_iq4_nl *w, const block_q8_0 *x, int lane[8])
+{
+	for (int l = 0; l < 8; l++) {
+		lane[l] = 0;
+		for (int e = 4 * l; e < 4 * l + 4; e++)
+			lane[l] += pg_iq4nl_values[e < 16 ? w->qs[e] & 0xF : w->qs[e - 16] >> 4] * x->qs[e];
+	}
+}
+
+/* ggml_vec_dot_iq4_nl_q8_0 (AVX2): blocks in pairs, the even ones into
+ * one 8-lane accumulator and the odd into another, acc = fma(dw*dy, lane
+ * sums, acc); the two added lane by lane, then hsum_float_8; an odd last
+ * block is added after, in scalar, multiply and add rounded apart. */
+static float dot_iq4_nl(int64_t k, const void *vw, const void *vx)
+{
+	const block_iq4_nl *w = vw;
+	const block_q8_0 *x = vx;
+	const int64_t nb = k / 32;
+	float acc[2][8] = { { 0 } }, sum[8];
+	int lane[8];
+	int64_t i = 0;
+	for (; i < (nb & ~(int64_t)1); i++) {
+		const float d = pg_f16_to_f32(x[i].d) * pg_f16_to_f32(w[i].d);
+		iq4_nl_lanes(&w[i], &x[i], lane);
+		for (int l = 0; l < 8; l++)
+			acc[i % 2][l] = fmaf(d, (float)lane[l], acc[i % 2][l]);
+	}
+	for (int l = 0; l < 8; l++)
+		sum[l] = acc[0][l] + acc[1][l];
+	float s = hsum8(sum);
+	if (i < nb) {
+		iq4_nl_lanes(&w[i], &x[i], lane);
+		int isum = 0;
+		for (int l = 0; l < 8; l++)
+			isum += lane[l];
+		s += pg_f16_to_f32(x[i].d) * pg_f16_to_f32(w[i].d) * (float)isum; /* not fused: ggml's C is ISO C11 */
+	}
+	return s;
+}
+
+/* tinyBLAS_Q0_AVX with IQ4_NL weights (llama.cpp's prompt rows where the
+ * weight is not repacked): one 8-lane accumulator, acc = fma(dw*dy, lane
+ * sums, acc), then hsum. */
+static float dot_iq4_nl_tb(int64_t k, const block_iq4_nl *w, const block_q8_0 *x)
+{
+	float acc[8] = { 0 };
+	int lane[8];
+	for (int64_t i = 0; i < k / 32; i++) {
+		const float d = pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d);
+		iq4_nl_lanes(&w[i], &x[i], lane);
+		for (int l = 0; l < 8; l++)
+			acc[l] = fmaf(d, (float)lane[l], acc[l]);
+	}
+	return hsum8(acc);
+}
+
+static void tb_iq4_nl(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
+		      size_t bs)
+{
+	for (int r = 0; r < nr; r++)
+		for (int j = 0; j < nw; j++)
+			s[(size_t)r * bs + j] = dot_iq4_nl_tb(k, (const block_iq4_nl *)((const char *)w + (size_t)j * bw),
+							      (const block_q8_0 *)((const char *)x + (size_t)r * bx));
+}
+
 #define SCALAR_GEMV(T)                                                                              \
 	static void gemv_##T(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, \
 			     size_t bs)                                                             \
@@ -439,6 +507,7 @@ SCALAR_GEMV(q3_K)
 SCALAR_GEMV(q4_K)
 SCALAR_GEMV(q5_K)
 SCALAR_GEMV(q6_K)
+SCALAR_GEMV(iq4_nl)
 SCALAR_GEMV(iq4_xs)
 
 /* ---- eight weight rows: llama.cpp's repacked order (see cpu.h) ---------------
@@ -456,6 +525,20 @@ static float dot_q4_0_x8(int64_t k, const block_q4_0 *w, const block_q8_0 *x)
 	return acc;
 }
 
+static float dot_iq4_nl_x8(int64_t k, const block_iq4_nl *w, const block_q8_0 *x)
+{
+	float acc = 0;
+	int lane[8];
+	for (int64_t i = 0; i < k / 32; i++) {
+		iq4_nl_lanes(&w[i], &x[i], lane);
+		int sumi = 0;
+		for (int l = 0; l < 8; l++)
+			sumi += lane[l];
+		acc = fmaf((float)sumi, pg_f16_to_f32(w[i].d) * pg_f16_to_f32(x[i].d), acc);
+	}
+	return acc;
+}
+
 #define SCALAR_GEMV8(T, WT, XT)                                                                     \
 	static void gemv8_##T(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr,  \
 			      float *s, size_t bs)                                                  \
@@ -467,6 +550,29 @@ static float dot_q4_0_x8(int64_t k, const block_q4_0 *w, const block_q8_0 *x)
 					(const XT *)((const char *)x + (size_t)r * bx));            \
 	}
 SCALAR_GEMV8(q4_0, block_q4_0, block_q8_0)
+SCALAR_GEMV8(iq4_nl, block_iq4_nl, block_q8_0)
+
+/* IQ4_XS from 8 activation rows on: llama.cpp's IQ panel gemm (iqp.cpp),
+ * one float chain per output and one FMA per super-block of its whole
+ * integer sum, the group scales taken into it. */
+static float dot_iq4_xs_x8(int64_t k, const block_iq4_xs *w, const block_q8_K *x)
+{
+	float acc = 0;
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		int sumi = 0;
+		for (int ib = 0; ib < 8; ib++) {
+			const uint8_t *q = w[i].qs + 16 * ib;
+			const int8_t *y = x[i].qs + 32 * ib;
+			int s4 = 0;
+			for (int e = 0; e < 16; e++)
+				s4 += pg_iq4nl_values[q[e] & 0xF] * y[e] + pg_iq4nl_values[q[e] >> 4] * y[e + 16];
+			sumi += iq4_xs_scale(&w[i], ib) * s4;
+		}
+		acc = fmaf((float)sumi, pg_f16_to_f32(w[i].d) * x[i].d, acc);
+	}
+	return acc;
+}
+SCALAR_GEMV8(iq4_xs, block_iq4_xs, block_q8_K)
 
 /* Q4_K, eight rows, in llama.cpp's repacked orders (dot_x86.h says which):
  * row j of super-block i laid out as PG_TYPE_Q4_K_X8 at sb, into its two
@@ -534,7 +640,10 @@ static void q4kx8_rows(int64_t k, const void *w, size_t bw, const void *x, size_
 	static void NAME(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, \
 			 size_t bs)                                                                      \
 	{                                                                                           \
-		q4kx8_rows(k, w, bw, x, bx, nr, s, bs, PAIRS, FILE);                                \
+		for (int r = 0; r < nr; r += PG_Q4K_PAIRS_NR)                                       \
+			q4kx8_rows(k, w, bw, (const char *)x + (size_t)r * bx, bx,                  \
+				   nr - r < PG_Q4K_PAIRS_NR ? nr - r : PG_Q4K_PAIRS_NR, s + (size_t)r * bs, \
+				   bs, PAIRS, FILE);                                                \
 	}
 SCALAR_Q4KX8(gemv8_q4_K_x8r, false, false)
 SCALAR_Q4KX8(gemm8_q4_K_x8r, true, false)
@@ -617,18 +726,25 @@ const struct pg_kern pg_kern_scalar = {
 		[PG_TYPE_Q4_K] = gemv_q4_K,
 		[PG_TYPE_Q5_K] = gemv_q5_K,
 		[PG_TYPE_Q6_K] = gemv_q6_K,
+		[PG_TYPE_IQ4_NL] = gemv_iq4_nl,
 		[PG_TYPE_IQ4_XS] = gemv_iq4_xs,
 	},
 	.gemv8 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,
+		[PG_TYPE_IQ4_NL] = gemv8_iq4_nl,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
 	},
 	.gemm8 = {
 		[PG_TYPE_Q4_K] = gemm8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemm8_q4_K_x8r,
+		[PG_TYPE_IQ4_XS] = gemv8_iq4_xs,
+	},
+	.tb = {
+		[PG_TYPE_IQ4_NL] = tb_iq4_nl,
 	},
 	.q4_0_x8 = pg_q4_0_x8_scalar,
+	.iq4_nl_x8 = pg_iq4_nl_x8_scalar,
 	.from_float = {
 		[PG_TYPE_F32] = f32_from_float,
 		[PG_TYPE_F16] = pg_f16_from_float_scalar,

@@ -9,7 +9,8 @@
  * Each gemv computes one weight row against nr (<= PG_MAX_NR) activation
  * rows: the weight block is loaded and unpacked once, then used nr times.
  * The i16 intermediates of maddubs cannot saturate for these formats
- * (|w| <= 63 against |y| <= 127), so both ISAs give the same integers.
+ * (|w| <= 63 against |y| <= 127; the IQ4 levels go as |w| <= 127, each
+ * pair widened at once), so both ISAs give the same integers.
  *
  * Only for inclusion by the per-ISA translation units.
  */
@@ -526,6 +527,75 @@ ALWAYS_INLINE void iq4_xs_tile(int64_t k, const block_iq4_xs *w, const void *x, 
 		s[(size_t)r * bs] = hsum_ps(acc[r]);
 }
 
+/* IQ4_NL's 32 levels, as int8: the nibbles of q4_unpack looked up. */
+ALWAYS_INLINE __m256i iq4_nl_unpack(const uint8_t *qs)
+{
+	const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pg_iq4nl_values));
+	return _mm256_shuffle_epi8(values, q4_unpack(qs));
+}
+
+/* IQ4_NL against Q8_0, the lane sums of one block: |q| against sign(y, q),
+ * exact (pair sums at most 2·127·127). */
+ALWAYS_INLINE __m256i iq4_nl_lanes(__m256i q, const block_q8_0 *xb)
+{
+	const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);
+	return dot_us8(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+}
+
+/* ggml_vec_dot_iq4_nl_q8_0 (AVX2; see dot_scalar.c): even blocks into one
+ * accumulator, odd ones into another. */
+ALWAYS_INLINE void iq4_nl_tile(int64_t k, const block_iq4_nl *w, const void *x, size_t bx, const int nr, float *s,
+			       size_t bs)
+{
+	const int64_t nb = k / 32;
+	__m256 acc[2][PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+	int64_t i = 0;
+	for (; i + 1 < nb; i += 2) {
+		#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			const __m256i q = iq4_nl_unpack(w[i + h].qs);
+			const float dw = f16s(w[i + h].d);
+			for (int r = 0; r < nr; r++) {
+				const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i + h;
+				acc[h][r] = _mm256_fmadd_ps(_mm256_set1_ps(f16s(xb->d) * dw),
+							    _mm256_cvtepi32_ps(iq4_nl_lanes(q, xb)), acc[h][r]);
+			}
+		}
+	}
+	for (int r = 0; r < nr; r++) {
+		float sum = hsum_ps(_mm256_add_ps(acc[0][r], acc[1][r]));
+		if (i < nb) {
+			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
+			const int isum = hsum_epi32(iq4_nl_lanes(iq4_nl_unpack(w[i].qs), xb));
+			sum += f16s(xb->d) * f16s(w[i].d) * (float)isum;
+		}
+		s[(size_t)r * bs] = sum;
+	}
+}
+
+/* tinyBLAS_Q0_AVX with IQ4_NL weights: one accumulator, acc = fma(dw*dy,
+ * lane sums, acc), then hsum; nw weight rows a call (pg_tb_fn). */
+ALWAYS_INLINE void iq4_nl_tb_tile(int64_t k, const block_iq4_nl *w, const void *x, size_t bx, const int nr,
+				  float *s, size_t bs)
+{
+	__m256 acc[PG_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / 32; i++) {
+		const __m256i q = iq4_nl_unpack(w[i].qs);
+		const float dw = f16s(w[i].d);
+		for (int r = 0; r < nr; r++) {
+			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)), _mm256_cvtepi32_ps(iq4_nl_lanes(q, xb)),
+						 acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		s[(size_t)r * bs] = hsum_ps(acc[r]);
+}
+
 /* Q6_K: levels kept unsigned (0..63); the -32 offset is taken out once
  * per block through Q8_K's bsums. */
 ALWAYS_INLINE void q6_K_tile(int64_t k, const block_q6_K *w, const void *x, size_t bx, const int nr, float *s,
@@ -656,6 +726,204 @@ ALWAYS_INLINE void q4_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 		}
 	}
 	#pragma GCC unroll 8
+	for (int r = 0; r < nr; r++)
+		_mm256_storeu_ps(s + (size_t)r * bs, acc[r]);
+}
+
+/* IQ4_NL in the file's layout, llama.cpp's repacked order (as Q4_0). */
+ALWAYS_INLINE void iq4_nl_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
+				  float *s, size_t bs)
+{
+	__m256 acc[PG_MAX_NR];
+	#pragma GCC unroll 8
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / 32; i++) {
+		const char *next = (const char *)w + 8 * bw + (size_t)i * 8 * sizeof(block_iq4_nl);
+		_mm_prefetch(next, _MM_HINT_T0);
+		_mm_prefetch(next + 64, _MM_HINT_T0);
+		_mm_prefetch(next + 128, _MM_HINT_T0);
+		__m256i q[8];
+		#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++)
+			q[j] = iq4_nl_unpack(WROW(block_iq4_nl, w, bw, j)[i].qs);
+		const __m256 dw = f16x8_strided(&WROW(block_iq4_nl, w, bw, 0)[i].d, bw);
+		#pragma GCC unroll 8
+		for (int r = 0; r < nr; r++) {
+			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
+			__m256i p[8];
+			#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++)
+				p[j] = iq4_nl_lanes(q[j], xb);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(p)),
+						 _mm256_mul_ps(dw, _mm256_set1_ps(f16s(xb->d))), acc[r]);
+		}
+	}
+	#pragma GCC unroll 8
+	for (int r = 0; r < nr; r++)
+		_mm256_storeu_ps(s + (size_t)r * bs, acc[r]);
+}
+
+/* out[e] lane j = dword e of v[j] */
+ALWAYS_INLINE void transpose8x8_epi32(const __m256i *v, __m256i *out)
+{
+	__m256i t[8], u[8];
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+	}
+	for (int h = 0; h < 2; h++) {
+		u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+		u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+		u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+		u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+	}
+	for (int e = 0; e < 4; e++) {
+		out[e] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x20);
+		out[e + 4] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x31);
+	}
+}
+
+/* IQ4_XS from 8 activation rows on, llama.cpp's IQ panel gemm (iqp.cpp):
+ * per output one chain, acc = fma((float)isum, d * dy, acc) per
+ * super-block, isum its whole integer sum with the group scales in it.
+ * As there, each super-block of the 8 rows is decoded once into an int8
+ * panel, the rows as the dword lanes (vector 4g + h of group ib: row j's
+ * elements 32 ib + 8 g + 4 h .. + 3 in lane j), and then serves every
+ * activation row: one broadcast of 4 activations per vector, no
+ * horizontal sums. Without VNNI the levels are kept as |level| and level
+ * (maddubs of |q| and sign(y, q), then madd by the scales); with it as
+ * level + 128, unsigned, for one vpdpbusd a vector, the group's sum started
+ * from -128·Σy (Q8_K's bsums) and then multiplied by the scales. Integer
+ * sums are exact either way. */
+struct iq4xs_panel {
+#ifdef PG_X86_VNNI
+	__m256i u[64];
+	__m256i sc[8]; /* per group, each row's scale in its lane */
+#else
+	__m256i aq[64], q[64];
+	__m256i sc[8]; /* per group, each row's scale in both words of its lane */
+#endif
+	__m256 d;
+};
+
+static inline void iq4xs_panel_build(const void *w, size_t bw, int64_t i, struct iq4xs_panel *p)
+{
+	const __m128i values = _mm_loadu_si128((const __m128i *)pg_iq4nl_values), m4 = _mm_set1_epi8(0x0F);
+#ifdef PG_X86_VNNI
+	const __m256i u128 = _mm256_set1_epi8((char)0x80);
+	int32_t sc[8][8];
+#else
+	int16_t sc[8][16];
+#endif
+	for (int ib = 0; ib < 8; ib++) {
+		__m256i rows[8], tr[8];
+		for (int j = 0; j < 8; j++) {
+			const block_iq4_xs *b = WROW(block_iq4_xs, w, bw, j) + i;
+			const __m128i q4 = _mm_loadu_si128((const __m128i *)(b->qs + 16 * ib));
+			rows[j] = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), m4)),
+						   _mm_shuffle_epi8(values, _mm_and_si128(q4, m4)));
+			const int scale = (((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+					   (((b->scales_h >> (2 * ib)) & 3) << 4)) - 32;
+#ifdef PG_X86_VNNI
+			sc[ib][j] = scale;
+#else
+			sc[ib][2 * j] = sc[ib][2 * j + 1] = (int16_t)scale;
+#endif
+		}
+		transpose8x8_epi32(rows, tr);
+		for (int t = 0; t < 8; t++) {
+#ifdef PG_X86_VNNI
+			p->u[8 * ib + t] = _mm256_xor_si256(tr[t], u128);
+#else
+			p->q[8 * ib + t] = tr[t];
+			p->aq[8 * ib + t] = _mm256_sign_epi8(tr[t], tr[t]);
+#endif
+		}
+		p->sc[ib] = _mm256_loadu_si256((const __m256i *)sc[ib]);
+	}
+	p->d = f16x8_strided(&WROW(block_iq4_xs, w, bw, 0)[i].d, bw);
+}
+
+/* The 8 weight rows' integer sums against the super-blocks y[r] of R
+ * activation rows: each panel vector is loaded once for all R. */
+ALWAYS_INLINE void iq4xs_panel_dot(const struct iq4xs_panel *p, const block_q8_K *const *y, const int R,
+				   __m256i *isum)
+{
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		isum[r] = _mm256_setzero_si256();
+	for (int ib = 0; ib < 8; ib++) {
+#ifdef PG_X86_VNNI
+		/* per row two chains, for the dpbusd latency */
+		__m256i g0[4], g1[4];
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			g0[r] = _mm256_set1_epi32(-128 * (y[r]->bsums[2 * ib] + y[r]->bsums[2 * ib + 1]));
+			g1[r] = _mm256_setzero_si256();
+		}
+		#pragma GCC unroll 8
+		for (int t = 0; t < 8; t += 2) {
+			const __m256i u0 = p->u[8 * ib + t], u1 = p->u[8 * ib + t + 1];
+			#pragma GCC unroll 4
+			for (int r = 0; r < R; r++) {
+				int32_t y0, y1;
+				memcpy(&y0, y[r]->qs + 32 * ib + 4 * t, 4);
+				memcpy(&y1, y[r]->qs + 32 * ib + 4 * t + 4, 4);
+				g0[r] = _mm256_dpbusd_epi32(g0[r], u0, _mm256_set1_epi32(y0));
+				g1[r] = _mm256_dpbusd_epi32(g1[r], u1, _mm256_set1_epi32(y1));
+			}
+		}
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(_mm256_add_epi32(g0[r], g1[r]), p->sc[ib]));
+#else
+		#pragma GCC unroll 8
+		for (int t = 0; t < 8; t++) {
+			const __m256i aq = p->aq[8 * ib + t], q = p->q[8 * ib + t];
+			#pragma GCC unroll 4
+			for (int r = 0; r < R; r++) {
+				int32_t y4;
+				memcpy(&y4, y[r]->qs + 32 * ib + 4 * t, 4);
+				isum[r] = madd_acc(isum[r], _mm256_maddubs_epi16(aq, _mm256_sign_epi8(_mm256_set1_epi32(y4), q)),
+						   p->sc[ib]);
+			}
+		}
+#endif
+	}
+}
+
+ALWAYS_INLINE void iq4xs_panel_rows(const struct iq4xs_panel *p, const void *x, size_t bx, int64_t i, int r0,
+				    const int R, __m256 *acc)
+{
+	const block_q8_K *y[4];
+	__m256i isum[4];
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		y[r] = XROW(block_q8_K, x, bx, r0 + r) + i;
+	iq4xs_panel_dot(p, y, R, isum);
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		acc[r0 + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(p->d, _mm256_set1_ps(y[r]->d)),
+					      acc[r0 + r]);
+}
+
+/* pg_kern.gemm8: up to PG_GEMM8_MAX_NR activation rows, each super-block
+ * of the 8 weight rows decoded once for all of them. */
+static void gemm8_iq4_xs(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, size_t bs)
+{
+	struct iq4xs_panel p;
+	__m256 acc[PG_GEMM8_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		iq4xs_panel_build(w, bw, i, &p);
+		int r = 0;
+		for (; r + 4 <= nr; r += 4)
+			iq4xs_panel_rows(&p, x, bx, i, r, 4, acc);
+		for (; r < nr; r++)
+			iq4xs_panel_rows(&p, x, bx, i, r, 1, acc);
+	}
 	for (int r = 0; r < nr; r++)
 		_mm256_storeu_ps(s + (size_t)r * bs, acc[r]);
 }
@@ -868,26 +1136,6 @@ ALWAYS_INLINE void q4kx8_block(const uint8_t *sb, const void *x, size_t bx, int6
 	}
 }
 
-/* out[e] lane j = dword e of v[j] */
-ALWAYS_INLINE void transpose8x8_epi32(const __m256i *v, __m256i *out)
-{
-	__m256i t[8], u[8];
-	for (int i = 0; i < 4; i++) {
-		t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-		t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-	}
-	for (int h = 0; h < 2; h++) {
-		u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
-		u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
-		u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
-		u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
-	}
-	for (int e = 0; e < 4; e++) {
-		out[e] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x20);
-		out[e + 4] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x31);
-	}
-}
-
 /* pg_q4_K_x8_block in vectors, for the kernels that lay out each block of
  * Q4_K left in the file as they read it: the quants as a transpose of 8x8
  * dwords per 32 bytes, the 16 scales and mins of the 8 rows as one of 8x16
@@ -971,8 +1219,10 @@ ALWAYS_INLINE void q4kx8_rows(int64_t k, const void *w, size_t bw, const void *x
 	{                                                                                                 \
 		if (nr == 1)                                                                              \
 			q4kx8_rows(k, w, bw, x, bx, 1, s, bs, PAIRS, 0, FILE);                            \
-		else                                                                                      \
-			q4kx8_rows(k, w, bw, x, bx, nr, s, bs, PAIRS, 1, FILE);                           \
+		for (int r = 0; nr > 1 && r < nr; r += PG_Q4K_PAIRS_NR)                                   \
+			q4kx8_rows(k, w, bw, XROW(char, x, bx, r), bx,                                    \
+				   nr - r < PG_Q4K_PAIRS_NR ? nr - r : PG_Q4K_PAIRS_NR, s + (size_t)r * bs, bs, \
+				   PAIRS, 1, FILE);                                                       \
 	}
 Q4KX8_KERNEL(gemv8_q4_K_x8r, 0, 0)
 Q4KX8_KERNEL(gemm8_q4_K_x8r, 1, 0)
@@ -1004,6 +1254,7 @@ Q4KX8_KERNEL(gemm8_q4_K, 1, 1)
 #define C_Q4_K(N) qk_45_tile(k, w, 0, x, bx, N, s, bs)
 #define C_Q5_K(N) qk_45_tile(k, w, 1, x, bx, N, s, bs)
 #define C_Q6_K(N) q6_K_tile(k, w, x, bx, N, s, bs)
+#define C_IQ4_NL(N) iq4_nl_tile(k, w, x, bx, N, s, bs)
 #define C_IQ4_XS(N) iq4_xs_tile(k, w, x, bx, N, s, bs)
 X86_GEMV(q8_0, C_Q8_0)
 X86_GEMV(q4_0, C_Q4_0)
@@ -1015,7 +1266,22 @@ X86_GEMV(q3_K, C_Q3_K)
 X86_GEMV(q4_K, C_Q4_K)
 X86_GEMV(q5_K, C_Q5_K)
 X86_GEMV(q6_K, C_Q6_K)
+X86_GEMV(iq4_nl, C_IQ4_NL)
 X86_GEMV(iq4_xs, C_IQ4_XS)
+
+static void tb_iq4_nl(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
+		      size_t bs)
+{
+	for (int j = 0; j < nw; j++) {
+		const block_iq4_nl *wj = WROW(block_iq4_nl, w, bw, j);
+		switch (nr) {
+		case 1: iq4_nl_tb_tile(k, wj, x, bx, 1, s + j, bs); break;
+		case 2: iq4_nl_tb_tile(k, wj, x, bx, 2, s + j, bs); break;
+		case 3: iq4_nl_tb_tile(k, wj, x, bx, 3, s + j, bs); break;
+		default: iq4_nl_tb_tile(k, wj, x, bx, 4, s + j, bs); break;
+		}
+	}
+}
 
 #define X86_GEMV8(NAME, TILE)                                                                        \
 	static void gemv8_##NAME(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr,   \
@@ -1029,6 +1295,7 @@ X86_GEMV(iq4_xs, C_IQ4_XS)
 		}                                                                                     \
 	}
 X86_GEMV8(q4_0, q4_0_x8_tile)
+X86_GEMV8(iq4_nl, iq4_nl_x8_tile)
 static void gemv8_q8_0(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, size_t bs)
 {
 	switch (nr) {

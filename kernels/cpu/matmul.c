@@ -18,9 +18,10 @@
  * rows), they are packed once per matmul and the tiles are
  * 2 * PG_PACK_PAIRS rows wide.
  *
- * Q4_0 weights repacked at load (PG_TYPE_Q4_0_X8, repack.h) take their own
- * path: activations become pg_q8x blocks (Q8_0 plus the -8·Σy the kernel
- * starts each block from), chunks are whole groups, and activation rows go
+ * Q4_0 and IQ4_NL weights repacked at load (PG_TYPE_Q4_0_X8,
+ * PG_TYPE_IQ4_NL_X8, repack.h) take their own path: activations become
+ * pg_q8x blocks (Q8_0 plus the -8·Σy the kernel starts each block from;
+ * the IQ4_NL kernels ignore it), chunks are whole groups, and activation rows go
  * in tiles of PG_X8_MAX_NR. The order of each output's float ops is fixed
  * by the kernel, so tiles and chunks change no bits.
  *
@@ -41,6 +42,8 @@ uint32_t pg_vec_dot_type(uint32_t wtype)
 	case PG_TYPE_BF16: return PG_TYPE_BF16;
 	case PG_TYPE_Q4_0:
 	case PG_TYPE_Q4_0_X8:
+	case PG_TYPE_IQ4_NL:
+	case PG_TYPE_IQ4_NL_X8:
 	case PG_TYPE_Q5_0:
 	case PG_TYPE_Q8_0:
 	case PG_TYPE_Q8_0_S127: return PG_TYPE_Q8_0;
@@ -292,14 +295,15 @@ static bool setup(struct mm_job *j, const void *W, uint32_t wtype, int64_t n, in
 	return true;
 }
 
-static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, const float *X, const void *Xq,
-		      int64_t m, float *Y, int64_t ldy);
+static bool is_x8(uint32_t wtype);
+static void x8_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
+		      const void *Xq, int64_t m, float *Y, int64_t ldy);
 
 void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const void *Xq,
 		 int64_t m, float *Y, int64_t ldy)
 {
-	if (wtype == PG_TYPE_Q4_0_X8) {
-		x8_matmul(p, W, n, k, NULL, Xq, m, Y, ldy);
+	if (is_x8(wtype)) {
+		x8_matmul(p, W, wtype, n, k, NULL, Xq, m, Y, ldy);
 		return;
 	}
 	struct mm_job j;
@@ -309,7 +313,12 @@ void pg_matmul_q(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, in
 	run_matmul(p, &j);
 }
 
-/* ---- PG_TYPE_Q4_0_X8 ---------------------------------------------------- */
+/* ---- PG_TYPE_Q4_0_X8, PG_TYPE_IQ4_NL_X8 --------------------------------- */
+
+static bool is_x8(uint32_t wtype)
+{
+	return wtype == PG_TYPE_Q4_0_X8 || wtype == PG_TYPE_IQ4_NL_X8;
+}
 
 struct x8_job {
 	pg_q4_0_x8_fn fn;
@@ -388,14 +397,14 @@ static void x8_set_chunk(struct x8_job *j, int nth)
 }
 
 /* Fills j and converts the activations into the thread's pack buffer. */
-static bool x8_prepare(struct pg_pool *p, struct x8_job *j, const void *W, int64_t n, int64_t k, const float *X,
-		       const void *Xq, int64_t m, float *Y, int64_t ldy)
+static bool x8_prepare(struct pg_pool *p, struct x8_job *j, const void *W, uint32_t wtype, int64_t n, int64_t k,
+		       const float *X, const void *Xq, int64_t m, float *Y, int64_t ldy)
 {
 	const struct pg_kern *kern = pg_kern_get();
 	if (n <= 0 || n % 8 || m <= 0 || k <= 0 || k % QK4_0)
 		return false;
 	*j = (struct x8_job){
-		.fn = kern->q4_0_x8,
+		.fn = wtype == PG_TYPE_IQ4_NL_X8 ? kern->iq4_nl_x8 : kern->q4_0_x8,
 		.from_float = kern->from_float[PG_TYPE_Q8_0],
 		.W = W,
 		.gbytes = PG_X8_GROUP_BYTES(k / QK4_0),
@@ -420,11 +429,11 @@ static bool x8_prepare(struct pg_pool *p, struct x8_job *j, const void *W, int64
 	return true;
 }
 
-static void x8_matmul(struct pg_pool *p, const void *W, int64_t n, int64_t k, const float *X, const void *Xq,
-		      int64_t m, float *Y, int64_t ldy)
+static void x8_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
+		      const void *Xq, int64_t m, float *Y, int64_t ldy)
 {
 	struct x8_job j;
-	if (!x8_prepare(p, &j, W, n, k, X, Xq, m, Y, ldy))
+	if (!x8_prepare(p, &j, W, wtype, n, k, X, Xq, m, Y, ldy))
 		return;
 	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
 	if ((n <= 8 * j.chunk && m <= PG_X8_MAX_NR) || pg_pool_size(p) == 1)
@@ -455,8 +464,8 @@ static bool convert_input(struct pg_pool *p, struct mm_job *j, const float *X)
 void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
 	       int64_t m, float *Y, int64_t ldy)
 {
-	if (wtype == PG_TYPE_Q4_0_X8) {
-		x8_matmul(p, W, n, k, X, NULL, m, Y, ldy);
+	if (is_x8(wtype)) {
+		x8_matmul(p, W, wtype, n, k, X, NULL, m, Y, ldy);
 		return;
 	}
 	struct mm_job j;
@@ -505,7 +514,7 @@ static void many_job_run(void *a, int ith, int nth)
 static bool many_prepare_x8(struct pg_pool *p, struct many_job *j, const struct pg_mm_out *o, int count,
 			    int64_t k, const float *X, int64_t m)
 {
-	if (!x8_prepare(p, &j->xj[0], o[0].W, o[0].n, k, X, NULL, m, o[0].Y, o[0].ldy))
+	if (!x8_prepare(p, &j->xj[0], o[0].W, o[0].wtype, o[0].n, k, X, NULL, m, o[0].Y, o[0].ldy))
 		return false;
 	for (int i = 1; i < count; i++) {
 		if (o[i].n <= 0 || o[i].n % 8)
@@ -556,7 +565,7 @@ void pg_matmul_many(struct pg_pool *p, const struct pg_mm_out *o, int count, int
 		same = o[i].wtype == o[0].wtype;
 	struct many_job j;
 	j.count = count;
-	j.x8 = count > 0 && o[0].wtype == PG_TYPE_Q4_0_X8;
+	j.x8 = count > 0 && is_x8(o[0].wtype);
 	j.first[0] = 0;
 	if (count <= 0 || m <= 0)
 		return;

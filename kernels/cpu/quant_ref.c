@@ -581,65 +581,90 @@ static int best_index_int8(int n, const int8_t *val, float x)
 	return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
 }
 
-/* quantize_row_iq4_nl_impl for a QK_K super-block of groups of 32 with no
- * importance weights (weights x^2) and ntry 7, as quantize_iq4_xs calls it.
- * Each group's scale is a weighted least-squares fit tried from 15 starting
- * points around the one that puts the group's extreme on the outermost
- * level; the group scales are then rounded to 6 bits of the super-block's
- * d, and the quants redone against the rounded scales. */
-static void quant_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb)
+/* quantize_row_iq4_nl_impl's fit of one group of 32 with no importance
+ * weights (weights x^2) and ntry 7, as quantize_iq4_nl and quantize_iq4_xs
+ * call it: a weighted least-squares scale tried from 15 starting points
+ * around the one that puts the group's extreme on the outermost level.
+ * Returns the scale (0 for a group of zeros); L gets the levels of the
+ * first fit, which the callers redo against the scale they store. */
+static float iq4_group_fit(const float *xb, uint8_t *L)
 {
 	const int8_t *values = pg_iq4nl_values;
 	const int ntry = 7;
+	float weight[32], amax = 0, max = 0;
+	for (int j = 0; j < 32; j++) {
+		weight[j] = xb[j] * xb[j];
+		if (fabsf(xb[j]) > amax) {
+			amax = fabsf(xb[j]);
+			max = xb[j];
+		}
+	}
+	if (amax < GROUP_MAX_EPS)
+		return 0;
+	float d = -max / values[0];
+	float id = 1 / d;
+	float sumqx = 0, sumq2 = 0;
+	for (int j = 0; j < 32; j++) {
+		int l = best_index_int8(16, values, id * xb[j]);
+		L[j] = (uint8_t)l;
+		float q = values[l], w = weight[j];
+		sumqx += w * q * xb[j];
+		sumq2 += w * q * q;
+	}
+	d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+	float best = d * sumqx;
+	for (int itry = -ntry; itry <= ntry; itry++) {
+		id = (itry + values[0]) / max;
+		sumqx = sumq2 = 0;
+		for (int j = 0; j < 32; j++) {
+			int l = best_index_int8(16, values, id * xb[j]);
+			float q = values[l], w = weight[j];
+			sumqx += w * q * xb[j];
+			sumq2 += w * q * q;
+		}
+		if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+			d = sumqx / sumq2;
+			best = d * sumqx;
+		}
+	}
+	return d;
+}
+
+/* Two levels a byte: element j low, element j + 16 high. */
+static void iq4_pack(const uint8_t *L, uint8_t *qs)
+{
+	for (int j = 0; j < 16; j++)
+		qs[j] = L[j] | (uint8_t)(L[16 + j] << 4);
+}
+
+/* quantize_iq4_nl: the group's fitted scale stored as is, the levels redone
+ * against it (unrounded). */
+static void quant_iq4_nl(const float *x, block_iq4_nl *y, int64_t nb)
+{
+	uint8_t L[32];
+	for (int64_t i = 0; i < nb; i++, x += 32) {
+		const float d = iq4_group_fit(x, L);
+		const float id = d ? 1 / d : 0.f;
+		y[i].d = pg_f32_to_f16(d);
+		for (int j = 0; j < 32; j++)
+			L[j] = (uint8_t)best_index_int8(16, pg_iq4nl_values, id * x[j]);
+		iq4_pack(L, y[i].qs);
+	}
+}
+
+/* quantize_iq4_xs: the eight group scales rounded to 6 bits of the
+ * super-block's d, and the levels redone against the rounded scales. */
+static void quant_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb)
+{
 	uint8_t L[QK_K];
-	float weight[32], scales[QK_K / 32];
+	float scales[QK_K / 32];
 	for (int64_t i = 0; i < nb; i++, x += QK_K) {
 		float max_scale = 0, amax_scale = 0;
 		for (int ib = 0; ib < QK_K / 32; ib++) {
-			const float *xb = x + 32 * ib;
-			uint8_t *Lb = L + 32 * ib;
-			float amax = 0, max = 0;
-			for (int j = 0; j < 32; j++) {
-				weight[j] = xb[j] * xb[j];
-				if (fabsf(xb[j]) > amax) {
-					amax = fabsf(xb[j]);
-					max = xb[j];
-				}
-			}
-			if (amax < GROUP_MAX_EPS) {
-				scales[ib] = 0;
-				continue;
-			}
-			float d = -max / values[0];
-			float id = 1 / d;
-			float sumqx = 0, sumq2 = 0;
-			for (int j = 0; j < 32; j++) {
-				int l = best_index_int8(16, values, id * xb[j]);
-				Lb[j] = (uint8_t)l;
-				float q = values[l], w = weight[j];
-				sumqx += w * q * xb[j];
-				sumq2 += w * q * q;
-			}
-			d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
-			float best = d * sumqx;
-			for (int itry = -ntry; itry <= ntry; itry++) {
-				id = (itry + values[0]) / max;
-				sumqx = sumq2 = 0;
-				for (int j = 0; j < 32; j++) {
-					int l = best_index_int8(16, values, id * xb[j]);
-					float q = values[l], w = weight[j];
-					sumqx += w * q * xb[j];
-					sumq2 += w * q * q;
-				}
-				if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-					d = sumqx / sumq2;
-					best = d * sumqx;
-				}
-			}
-			scales[ib] = d;
-			if (fabsf(d) > amax_scale) {
-				amax_scale = fabsf(d);
-				max_scale = d;
+			scales[ib] = iq4_group_fit(x + 32 * ib, L + 32 * ib);
+			if (fabsf(scales[ib]) > amax_scale) {
+				amax_scale = fabsf(scales[ib]);
+				max_scale = scales[ib];
 			}
 		}
 		/* -0.0 for an all-zero block, as ggml writes it */
@@ -654,14 +679,13 @@ static void quant_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb)
 			const float dl = d * l;
 			const float idl = dl ? 1 / dl : 0.f;
 			for (int j = 0; j < 32; j++)
-				L[32 * ib + j] = (uint8_t)best_index_int8(16, values, idl * x[32 * ib + j]);
+				L[32 * ib + j] = (uint8_t)best_index_int8(16, pg_iq4nl_values, idl * x[32 * ib + j]);
 			l += 32;
 			y[i].scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4 * (ib % 2));
 			y[i].scales_h |= (uint16_t)((l >> 4) << 2 * ib);
 		}
 		for (int ib = 0; ib < QK_K / 32; ib++)
-			for (int j = 0; j < 16; j++)
-				y[i].qs[16 * ib + j] = L[32 * ib + j] | (uint8_t)(L[32 * ib + 16 + j] << 4);
+			iq4_pack(L + 32 * ib, y[i].qs + 16 * ib);
 	}
 }
 
@@ -716,6 +740,7 @@ size_t pg_quantize_row(uint32_t type, const float *src, void *dst, int64_t k)
 	case PG_TYPE_Q4_K: quant_q4_K(src, dst, nb); break;
 	case PG_TYPE_Q5_K: quant_q5_K(src, dst, nb); break;
 	case PG_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
+	case PG_TYPE_IQ4_NL: quant_iq4_nl(src, dst, nb); break;
 	case PG_TYPE_IQ4_XS: quant_iq4_xs(src, dst, nb); break;
 	default: return 0;
 	}

@@ -1,7 +1,8 @@
-/* kernels/cpu/repack.c — building the Q4_0 8-row layout (repack.h), the
- * activation blocks its kernels read, and the scalar kernel: the reference
- * the SIMD ones must equal bit for bit (and the order of llama.cpp's
- * q4_0_8x8 kernels: one float chain per output, one FMA per block). */
+/* kernels/cpu/repack.c — building the Q4_0 8-row layout (repack.h), which
+ * IQ4_NL's blocks take too, the activation blocks its kernels read, and the
+ * scalar kernels: the references the SIMD ones must equal bit for bit (and
+ * the order of llama.cpp's q4_0_8x8 and iq4_nl_8x8 kernels: one float
+ * chain per output, one FMA per block). */
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
@@ -92,6 +93,30 @@ void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, in
 				int isum = xr[i].off;
 				for (int t = 0; t < 16; t++)
 					isum += (q[t] & 0xF) * y[t] + (q[t] >> 4) * y[t + 16];
+				acc = fmaf((float)isum, pg_f16_to_f32(sc[8 * i + j]) * xr[i].d, acc);
+			}
+			s[(size_t)r * bs + j] = acc;
+		}
+	}
+}
+
+/* IQ4_NL in the same layout: levels looked up, no offset (x->off unused). */
+void pg_iq4_nl_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+{
+	const uint8_t *qs = g;
+	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
+	for (int r = 0; r < nr; r++) {
+		const pg_q8x *xr = (const pg_q8x *)((const char *)x + (size_t)r * bx);
+		for (int j = 0; j < 8; j++) {
+			float acc = 0;
+			for (int64_t i = 0; i < nb; i++) {
+				uint8_t q[16];
+				memcpy(q, qs + (size_t)i * 128 + 8 * j, 8);
+				memcpy(q + 8, qs + (size_t)i * 128 + 64 + 8 * j, 8);
+				const int8_t *y = xr[i].qs;
+				int isum = 0;
+				for (int t = 0; t < 16; t++)
+					isum += pg_iq4nl_values[q[t] & 0xF] * y[t] + pg_iq4nl_values[q[t] >> 4] * y[t + 16];
 				acc = fmaf((float)isum, pg_f16_to_f32(sc[8 * i + j]) * xr[i].d, acc);
 			}
 			s[(size_t)r * bs + j] = acc;

@@ -93,5 +93,11 @@ void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb);
 void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
 void pg_q4_0_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
 void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
+/* IQ4_NL (PG_TYPE_IQ4_NL_X8): the same layout, built by pg_q4_0_x8_repack
+ * (block_iq4_nl is block_q4_0's shape), levels from pg_iq4nl_values and no
+ * offset; ggml_gemv/gemm_iq4_nl_8x8_q8_0 keep Q4_0's order. */
+void pg_iq4_nl_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
+void pg_iq4_nl_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
+void pg_iq4_nl_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
 
 #endif

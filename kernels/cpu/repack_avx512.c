@@ -1,4 +1,4 @@
-/* kernels/cpu/repack_avx512.c — the Q4_0 8-row kernel (repack.h) on
+/* kernels/cpu/repack_avx512.c — the Q4_0 and IQ4_NL 8-row kernels (repack.h) on
  * 512-bit vectors with VNNI.
  *
  * A block's 128 nibble bytes are two 64-byte loads; masking and shifting
@@ -11,13 +11,20 @@
  * acc = fma((float)isum, dw*dy, acc), the scalar kernel's ops one for one.
  * Zen 5 runs 512-bit VNNI at full width, so a block against one activation
  * row is 4 vpdpbusd.
+ *
+ * IQ4_NL in the same layout: the nibbles index its levels (-127..113),
+ * looked up as level + 128 so that they are unsigned, and the 128·Σy this
+ * adds is taken back out through the start, 16·off = -128·Σy; the
+ * integer sum is exact as before.
  */
 #pragma GCC optimize("fp-contract=off")
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "kernels/cpu/repack.h"
+#include "kernels/types.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -28,11 +35,21 @@ ALWAYS_INLINE __m512i bcast8(const int8_t *p)
 	return _mm512_set1_epi64(v);
 }
 
+/* level + 128 of each IQ4_NL nibble, in every 128-bit lane */
+ALWAYS_INLINE __m512i nl_lut(void)
+{
+	int8_t u[16];
+	for (int i = 0; i < 16; i++)
+		u[i] = (int8_t)(pg_iq4nl_values[i] ^ 0x80);
+	return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)u));
+}
+
 ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, const int nr, float *s,
-			size_t bs)
+			size_t bs, const bool nl)
 {
 	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
 	const __m512i lo4 = _mm512_set1_epi8(0x0F);
+	const __m512i lut = nl ? nl_lut() : lo4;
 	__m512 acc[PG_X8_MAX_NR];
 	#pragma GCC unroll 8
 	for (int r = 0; r < nr; r++)
@@ -44,8 +61,14 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		_mm_prefetch((const char *)q + 8192, _MM_HINT_T0);
 		_mm_prefetch((const char *)q + 8192 + 64, _MM_HINT_T0);
 		const __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
-		const __m512i w0l = _mm512_and_si512(q0, lo4), w0h = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
-		const __m512i w1l = _mm512_and_si512(q1, lo4), w1h = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
+		__m512i w0l = _mm512_and_si512(q0, lo4), w0h = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
+		__m512i w1l = _mm512_and_si512(q1, lo4), w1h = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
+		if (nl) {
+			w0l = _mm512_shuffle_epi8(lut, w0l);
+			w0h = _mm512_shuffle_epi8(lut, w0h);
+			w1l = _mm512_shuffle_epi8(lut, w1l);
+			w1h = _mm512_shuffle_epi8(lut, w1h);
+		}
 		/* scale j in lane 2j, +0 in the odd lanes */
 		const __m512 dw = _mm512_cvtph_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(sc + 8 * i))));
 		#pragma GCC unroll 8
@@ -54,7 +77,7 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 			/* With several rows, one chain each: the rows give the
 			 * parallelism. With one (decode), four short chains, so
 			 * that blocks overlap; integer sums, exact either way. */
-			__m512i a = _mm512_maskz_set1_epi32(0x5555, xb->off);
+			__m512i a = _mm512_maskz_set1_epi32(0x5555, nl ? 16 * xb->off : xb->off);
 			if (nr > 1) {
 				a = _mm512_dpbusd_epi32(a, w0l, bcast8(xb->qs));
 				a = _mm512_dpbusd_epi32(a, w1l, bcast8(xb->qs + 8));
@@ -77,16 +100,27 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		_mm256_storeu_si256((__m256i *)(s + (size_t)r * bs), _mm512_cvtepi64_epi32(_mm512_castps_si512(acc[r])));
 }
 
-void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+ALWAYS_INLINE void tiles(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			 const bool nl)
 {
 	switch (nr) {
-	case 1: tile(nb, g, x, bx, 1, s, bs); break;
-	case 2: tile(nb, g, x, bx, 2, s, bs); break;
-	case 3: tile(nb, g, x, bx, 3, s, bs); break;
-	case 4: tile(nb, g, x, bx, 4, s, bs); break;
-	case 5: tile(nb, g, x, bx, 5, s, bs); break;
-	case 6: tile(nb, g, x, bx, 6, s, bs); break;
-	case 7: tile(nb, g, x, bx, 7, s, bs); break;
-	default: tile(nb, g, x, bx, 8, s, bs); break;
+	case 1: tile(nb, g, x, bx, 1, s, bs, nl); break;
+	case 2: tile(nb, g, x, bx, 2, s, bs, nl); break;
+	case 3: tile(nb, g, x, bx, 3, s, bs, nl); break;
+	case 4: tile(nb, g, x, bx, 4, s, bs, nl); break;
+	case 5: tile(nb, g, x, bx, 5, s, bs, nl); break;
+	case 6: tile(nb, g, x, bx, 6, s, bs, nl); break;
+	case 7: tile(nb, g, x, bx, 7, s, bs, nl); break;
+	default: tile(nb, g, x, bx, 8, s, bs, nl); break;
 	}
+}
+
+void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+{
+	tiles(nb, g, x, bx, nr, s, bs, false);
+}
+
+void pg_iq4_nl_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+{
+	tiles(nb, g, x, bx, nr, s, bs, true);
 }

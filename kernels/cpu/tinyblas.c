@@ -12,13 +12,23 @@
  * the rows may be tiled and split across threads freely.
  *
  * The scalar table stands for ggml's generic build, where llamafile has
- * no F32/F16 kernel for x86 without AVX: it keeps vec_dot for every row.
+ * no F32/F16 kernel for x86 without AVX: it keeps vec_dot for every F32
+ * and F16 row (the quantized types keep the x86 orders on every ISA).
+ *
+ * IQ4_NL weights llama.cpp repacks where they have a multiple of 8 rows
+ * (see repack.h); the others go to llamafile_sgemm, which takes every
+ * ubatch of two or more rows (tinyBLAS_Q0_AVX: one 8-lane accumulator per
+ * output), while ggml_vec_dot_iq4_nl_q8_0 splits the blocks between two.
  *
  * Q4_K with a multiple of 8 rows is the same story with other kernels:
  * llama.cpp repacks it, and its matmul takes the first m - m % 4 rows of
  * the ubatch 4 at a time (ggml_gemm_q4_K_8x8_q8_K) and the rest one by one
  * (ggml_gemv_q4_K_8x8_q8_K), which add their partial sums in different
  * orders. There the flag means the first kind, on every ISA.
+ *
+ * IQ4_XS with a multiple of 8 rows: llama.cpp's IQ panel gemm (iqp.cpp)
+ * takes every row of a matmul of 8 rows or more, in its own order; a
+ * flagged row takes it here (gemm8), the others vec_dot's.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -27,33 +37,30 @@
 
 static pg_tb_fn tb_kernel(uint32_t wtype, int64_t n, int64_t k)
 {
-	const struct pg_kern *kern = pg_kern_get();
-	if (k % PG_TB_KN != 0 || n % 4 != 0)
+	const pg_tb_fn f = pg_kern_get()->tb[wtype];
+	if (!f)
 		return NULL;
-	const bool f16 = wtype == PG_TYPE_F16;
-	if (wtype != PG_TYPE_F32 && !f16)
-		return NULL;
-	if (kern == &pg_kern_avx512)
-		return f16 ? pg_tb_f16_avx512 : pg_tb_f32_avx512;
-	if (kern == &pg_kern_avx2)
-		return f16 ? pg_tb_f16_avx2 : pg_tb_f32_avx2;
-	return NULL;
+	if (wtype == PG_TYPE_IQ4_NL) /* with n % 8 == 0 it is repacked instead */
+		return n % 8 ? f : NULL;
+	return k % PG_TB_KN == 0 && n % 4 == 0 ? f : NULL;
 }
 
-static bool q4_K_pairs_apply(uint32_t wtype, int64_t n)
+/* Whether flagged rows take pg_kern.gemm8 (Q4_K, IQ4_XS). */
+static bool gemm8_applies(uint32_t wtype, int64_t n)
 {
 	return n % 8 == 0 && pg_kern_get()->gemm8[wtype];
 }
 
 bool pg_matmul_tb_applies(uint32_t wtype, int64_t n, int64_t k)
 {
-	return tb_kernel(wtype, n, k) != NULL || q4_K_pairs_apply(wtype, n);
+	return tb_kernel(wtype, n, k) != NULL || gemm8_applies(wtype, n);
 }
 
 struct tb_job {
 	pg_gemv_fn gemv; /* vec_dot order */
 	pg_tb_fn tb_fn;  /* tinyBLAS order */
-	pg_gemv8_fn g8, g8_tb; /* or Q4_K: gemv's order, gemm's */
+	pg_gemv8_fn g8, g8_tb; /* or by 8 rows: unflagged (NULL: gemv), flagged */
+	pg_gemv8_fn g16_tb;    /* flagged, 16 rows at once (NULL: g8_tb twice) */
 	uint32_t wtype;
 	const bool *tb;
 	const char *W;
@@ -89,19 +96,23 @@ static void tb_job_run(void *a, int ith, int nth)
 		const int64_t r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
 		for (int64_t i0 = 0, i1; i0 < j->m; i0 = i1) {
 			const bool tb = j->tb[i0];
-			const int64_t wide = j->g8 && tb ? PG_Q4K_PAIRS_NR : PG_MAX_NR;
+			const int64_t wide = j->g8_tb && tb ? PG_GEMM8_MAX_NR : PG_MAX_NR;
 			for (i1 = i0 + 1; i1 < j->m && i1 - i0 < wide && j->tb[i1] == tb; i1++)
 				;
 			const char *x = j->Xq + (size_t)i0 * j->xrow;
 			float *y = j->Y + i0 * j->ldy;
 			const int nr = (int)(i1 - i0);
-			if (j->g8) {
-				const pg_gemv8_fn f = tb ? j->g8_tb : j->g8;
-				for (int64_t r = r0; r < r1; r += 8)
-					f(j->k, j->W + (size_t)r * j->wrow, j->wrow, x, j->xrow, nr, y + r, (size_t)j->ldy);
+			const pg_gemv8_fn f8 = tb ? j->g8_tb : j->g8;
+			if (f8) {
+				for (int64_t r = r0; r < r1;) {
+					const bool w16 = tb && j->g16_tb && r + 16 <= r1;
+					(w16 ? j->g16_tb : f8)(j->k, j->W + (size_t)r * j->wrow, j->wrow, x, j->xrow, nr, y + r,
+							       (size_t)j->ldy);
+					r += w16 ? 16 : 8;
+				}
 				continue;
 			}
-			if (tb) {
+			if (tb && j->tb_fn) {
 				for (int64_t r = r0; r < r1; r += PG_TB_NW)
 					j->tb_fn(j->k, j->W + (size_t)r * j->wrow, j->wrow,
 						 (int)(r1 - r < PG_TB_NW ? r1 - r : PG_TB_NW), x, j->xrow, nr, y + r,
@@ -115,8 +126,8 @@ static void tb_job_run(void *a, int ith, int nth)
 }
 
 /* matmul.c's chunk size for the same shape, so both paths split alike;
- * whole groups of 8 rows for the Q4_K kernels. */
-static int64_t tb_chunk(int64_t n, size_t wrow, int64_t m, int nth, bool by8)
+ * whole multiples of unit rows (the 8- and 16-row kernels'). */
+static int64_t tb_chunk(int64_t n, size_t wrow, int64_t m, int nth, int64_t unit)
 {
 	int64_t c = n / ((int64_t)nth * 8);
 	if (m > PG_MAX_NR) {
@@ -125,7 +136,7 @@ static int64_t tb_chunk(int64_t n, size_t wrow, int64_t m, int nth, bool by8)
 			c = l2;
 	}
 	c = c < 4 ? 4 : c;
-	return by8 ? (c + 7) & ~(int64_t)7 : c;
+	return (c + unit - 1) / unit * unit;
 }
 
 static _Thread_local struct {
@@ -153,9 +164,9 @@ void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, i
 		  int64_t m, float *Y, int64_t ldy, const bool *tb)
 {
 	const pg_tb_fn g = tb && m > 0 ? tb_kernel(wtype, n, k) : NULL;
-	const bool q4k = tb && m > 0 && q4_K_pairs_apply(wtype, n);
+	const bool by8 = tb && m > 0 && gemm8_applies(wtype, n);
 	int64_t any = 0;
-	for (int64_t i = 0; (g || q4k) && i < m && !any; i++)
+	for (int64_t i = 0; (g || by8) && i < m && !any; i++)
 		any = tb[i];
 	if (!any || n <= 0 || k <= 0) {
 		pg_matmul(p, W, wtype, n, k, X, m, Y, ldy);
@@ -164,8 +175,9 @@ void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, i
 	struct tb_job j = {
 		.gemv = pg_kern_get()->gemv[wtype],
 		.tb_fn = g,
-		.g8 = q4k ? pg_kern_get()->gemv8[wtype] : NULL,
-		.g8_tb = q4k ? pg_kern_get()->gemm8[wtype] : NULL,
+		.g8 = by8 ? pg_kern_get()->gemv8[wtype] : NULL,
+		.g8_tb = by8 ? pg_kern_get()->gemm8[wtype] : NULL,
+		.g16_tb = by8 ? pg_kern_get()->gemm16[wtype] : NULL,
 		.wtype = wtype,
 		.tb = tb,
 		.W = W,
@@ -189,7 +201,7 @@ void pg_matmul_tb(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, i
 		else
 			tb_quant_job(&j, 0, 1);
 	}
-	j.chunk = tb_chunk(n, j.wrow, m, pg_pool_size(p), q4k);
+	j.chunk = tb_chunk(n, j.wrow, m, pg_pool_size(p), j.g16_tb ? 16 : by8 ? 8 : 1);
 	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
 	if ((n <= j.chunk && m <= PG_MAX_NR) || pg_pool_size(p) == 1)
 		tb_job_run(&j, 0, 1);

@@ -25,10 +25,6 @@
 /* llama.cpp's KN for F32 and F16 on its AVX-512 build */
 #define PG_TB_KN 16
 
-#define PG_TB_NW 4
-
-typedef void (*pg_tb_fn)(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
-			 size_t bs);
 
 void pg_tb_f32_avx512(int64_t k, const void *w, size_t bw, int nw, const void *x, size_t bx, int nr, float *s,
 		      size_t bs);

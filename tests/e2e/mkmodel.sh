@@ -23,7 +23,7 @@ fail() {
 shape="--dim 256 --ffn 512 --layers 2 --heads 4 --kv-heads 2 --vocab 400 --ctx 256"
 text='Hello world, 123 ünïcode — ok?'
 
-for ty in F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS; do
+for ty in F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS; do
 	m=$T/$ty.gguf
 	# shellcheck disable=SC2086
 	"$M" $shape --type "$ty" --seed 5 -t 1 -o "$m" 2>"$T/err" || fail "$ty: exit $?: $(cat "$T/err")"

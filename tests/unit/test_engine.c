@@ -4,9 +4,11 @@
  * are preempted; a long shared prefix is served from the cache; KV waste
  * stays low; cancel, stop strings and bad requests behave. */
 #include "daemon/engine/engine.h"
+#include "daemon/kv/kv.h"
 #include "daemon/model/gguf.h"
 #include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
+#include "kernels/backend.h"
 #include "kernels/types.h"
 #include "tests/unit/testdata.h"
 
@@ -214,11 +216,10 @@ END_TEST
  * tokens at a time, beside another request, must give the same tokens as
  * the same prompt prefilled in one step. synth-kq has head_dim 64, so the
  * tiled path is taken on every SIMD ISA. */
-static void run_model_prompt(const char *model, struct engine_opts o, const int32_t *prompt, int n, bool with_other,
-			     struct out *res)
+static void run_model_file(const char *path, struct engine_opts o, const int32_t *prompt, int n, bool with_other,
+			   struct out *res)
 {
-	char path[4096], err[512];
-	ck_assert(testdata_path(path, sizeof path, model) == 0);
+	char err[512];
 	o.model_path = path;
 	o.threads = 2;
 	struct engine *e;
@@ -234,6 +235,14 @@ static void run_model_prompt(const char *model, struct engine_opts o, const int3
 	drain(e);
 	ck_assert(res->done && res->n > 0);
 	engine_destroy(e);
+}
+
+static void run_model_prompt(const char *model, struct engine_opts o, const int32_t *prompt, int n, bool with_other,
+			     struct out *res)
+{
+	char path[4096];
+	ck_assert(testdata_path(path, sizeof path, model) == 0);
+	run_model_file(path, o, prompt, n, with_other, res);
 }
 
 static void run_long_prompt(struct engine_opts o, const int32_t *prompt, int n, bool with_other, struct out *res)
@@ -303,7 +312,8 @@ START_TEST(test_weight_placement_changes_nothing)
 }
 END_TEST
 
-/* Q4_K: repacked at load (PG_TYPE_Q4_K_X8) or left in the file's mapping,
+/* Q4_K: repacked at load (PG_TYPE_Q4_K_X8, also with PAGODA_MMAP_WEIGHTS=1,
+ * which leaves only the unrepacked matrices in the file's mapping),
  * prefilled in one step or in pieces next to another request, the prompt
  * rows take llama.cpp's gemm or gemv order by their place in its ubatch,
  * never by pagoda's batching: every variant gives the same tokens. */
@@ -338,7 +348,93 @@ START_TEST(test_q4_K_orders_independent_of_placement_and_chunking)
 	ck_assert_msg(memcmp(whole.ids, pieces.ids, whole.n * sizeof(int32_t)) == 0,
 		      "a Q4_K prompt prefilled in pieces differs from the same prompt in one step");
 	ck_assert_msg(memcmp(whole.ids, mapped.ids, whole.n * sizeof(int32_t)) == 0,
-		      "repacked Q4_K weights and the file's give different tokens");
+		      "a Q4_K prompt served from the file's mapping differs from the same prompt in one step");
+}
+END_TEST
+
+/* The last token's logits of a prompt prefilled `chunk` tokens a step,
+ * straight through model_forward (the engine's tokens carry no last bits). */
+static void last_logits(const char *path, const int32_t *prompt, int n, int chunk, float *out)
+{
+	char err[512];
+	struct model *m;
+	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+	struct kv_pool kv;
+	ck_assert_msg(kv_pool_init(&kv, (n + 15) / 16 + 1, 16, m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, false,
+				   err, sizeof err) == 0,
+		      "%s", err);
+	struct pg_pool *pool = pg_pool_create(2);
+	struct fwd_ctx *c = fwd_ctx_create(m, chunk, 512, pool);
+	ck_assert(pool && c);
+	struct kv_seq s = { 0 };
+	ck_assert_int_eq(kv_seq_reserve(&kv, &s, n), 0);
+	struct kv_seq *const seqs[1] = { &s };
+	int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk);
+	int *seq = calloc((size_t)chunk, sizeof(int)), *ub = malloc(sizeof(int) * (size_t)chunk);
+	bool *want = malloc((size_t)chunk);
+	for (int p0 = 0; p0 < n; p0 += chunk) {
+		const int k = n - p0 < chunk ? n - p0 : chunk;
+		for (int i = 0; i < k; i++) {
+			pos[i] = p0 + i;
+			ub[i] = model_ubatch_of(p0 + i, n);
+			want[i] = p0 + i == n - 1;
+		}
+		struct fwd_batch b = { .n = k, .tokens = prompt + p0, .pos = pos, .seq = seq,
+				       .want = want, .ubatch = ub, .seqs = seqs, .logits = out };
+		ck_assert_int_eq(model_forward(m, c, &kv, &b), 0);
+	}
+	free(pos);
+	free(seq);
+	free(ub);
+	free(want);
+	kv_seq_release(&kv, &s);
+	fwd_ctx_free(c);
+	pg_pool_destroy(pool);
+	kv_pool_free(&kv);
+	model_free(m);
+}
+
+/* IQ4_NL (repacked at load, as llama.cpp does) and IQ4_XS (whose prompt
+ * rows take the IQ panel gemm's order): a prompt prefilled in pieces of 7
+ * or 13 tokens gives the logits of the same prompt in one step, bit for
+ * bit. The models come from pagoda-mkmodel. */
+START_TEST(test_iq4_orders_independent_of_placement_and_chunking)
+{
+	static const char *const types[] = { "IQ4_NL", "IQ4_XS" };
+	const char *build = getenv("PAGODA_BUILD");
+	char mk[4096], path[256], cmd[8192], err[512];
+	snprintf(mk, sizeof mk, "%s/pagoda-mkmodel", build ? build : "build");
+	if (access(mk, X_OK) != 0) {
+		fprintf(stderr, "skip: no %s\n", mk);
+		return;
+	}
+	enum { N = 100, VOCAB = 512 };
+	int32_t prompt[N];
+	srand(12);
+	prompt[0] = 1;
+	for (int i = 1; i < N; i++)
+		prompt[i] = 3 + rand() % 500;
+	static float whole[VOCAB], pieces[VOCAB], other[VOCAB];
+	for (int ti = 0; ti < 2; ti++) {
+		snprintf(path, sizeof path, "/tmp/pagoda-iq4-%d-%s.gguf", (int)getpid(), types[ti]);
+		snprintf(cmd, sizeof cmd,
+			 "'%s' --dim 256 --ffn 768 --layers 2 --heads 4 --kv-heads 2 --vocab %d --ctx 512 "
+			 "--type %s --seed 7 -q -o '%s'",
+			 mk, VOCAB, types[ti], path);
+		ck_assert_int_eq(system(cmd), 0);
+		unsetenv("PAGODA_MMAP_WEIGHTS");
+		struct model *m;
+		ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+		ck_assert_uint_eq(m->layers[0].w_gate.type, ti ? PG_TYPE_IQ4_XS : PG_TYPE_IQ4_NL_X8);
+		ck_assert_int_eq(m->hp.n_vocab, VOCAB);
+		model_free(m);
+		last_logits(path, prompt, N, N, whole);
+		last_logits(path, prompt, N, 7, pieces);
+		last_logits(path, prompt, N, 13, other);
+		unlink(path);
+		ck_assert_msg(memcmp(whole, pieces, sizeof whole) == 0 && memcmp(whole, other, sizeof whole) == 0,
+			      "%s: a prompt prefilled in pieces differs from the same prompt in one step", types[ti]);
+	}
 }
 END_TEST
 
@@ -556,6 +652,7 @@ int main(void)
 	tcase_add_test(tc, test_attention_path_independent_of_chunking);
 	tcase_add_test(tc, test_weight_placement_changes_nothing);
 	tcase_add_test(tc, test_q4_K_orders_independent_of_placement_and_chunking);
+	tcase_add_test(tc, test_iq4_orders_independent_of_placement_and_chunking);
 	tcase_add_test(tc, test_q8_0_m128_found_at_load);
 	tcase_add_test(tc, test_shared_prefix);
 	tcase_add_test(tc, test_kv_waste);

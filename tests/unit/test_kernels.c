@@ -50,7 +50,7 @@ static void fill(float *x, int64_t n, float scale)
 static const uint32_t mm_types[] = {
 	PG_TYPE_F32, PG_TYPE_F16, PG_TYPE_BF16, PG_TYPE_Q4_0, PG_TYPE_Q4_1, PG_TYPE_Q5_0,
 	PG_TYPE_Q5_1, PG_TYPE_Q8_0, PG_TYPE_Q2_K, PG_TYPE_Q3_K, PG_TYPE_Q4_K, PG_TYPE_Q5_K, PG_TYPE_Q6_K,
-	PG_TYPE_IQ4_XS,
+	PG_TYPE_IQ4_NL, PG_TYPE_IQ4_XS,
 };
 #define NTYPES (sizeof(mm_types) / sizeof(mm_types[0]))
 
@@ -635,6 +635,104 @@ static float ggml_q4_0_dot(const block_q4_0 *w, const block_q8_0 *y, int64_t nb,
 	return repacked ? acc : hsum_lanes8(lanes);
 }
 
+/* IQ4_NL against Q8_0 in llama.cpp's three orders, lanes as Q4_0's:
+ * ggml_vec_dot_iq4_nl_q8_0 (AVX2) puts even and odd blocks in two 8-lane
+ * accumulators, added lane by lane before the hsum, an odd last block
+ * added after (multiply, then add); tinyBLAS_Q0_AVX keeps one; the repacked iq4_nl_8x8 one
+ * float chain. */
+enum nl_order { NL_VEC_DOT, NL_TINYBLAS, NL_REPACKED };
+
+static float ggml_iq4_nl_dot(const block_iq4_nl *w, const block_q8_0 *y, int64_t nb, enum nl_order o)
+{
+	static const int8_t lv[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+	float acc = 0, lanes[2][8] = { { 0 } };
+	const int64_t paired = o == NL_VEC_DOT ? nb & ~(int64_t)1 : nb;
+	for (int64_t b = 0; b < paired; b++) {
+		const float d = pg_f16_to_f32(w[b].d) * pg_f16_to_f32(y[b].d);
+		int tot = 0;
+		for (int l = 0; l < 8; l++) {
+			int s = 0;
+			for (int e = 4 * l; e < 4 * l + 4; e++)
+				s += lv[e < 16 ? w[b].qs[e] & 0xF : w[b].qs[e - 16] >> 4] * y[b].qs[e];
+			float *lane = &lanes[o == NL_VEC_DOT ? b % 2 : 0][l];
+			*lane = fmaf(d, (float)s, *lane);
+			tot += s;
+		}
+		acc = fmaf((float)tot, d, acc);
+	}
+	if (o == NL_REPACKED)
+		return acc;
+	float sum[8];
+	for (int l = 0; l < 8; l++)
+		sum[l] = lanes[0][l] + lanes[1][l];
+	float r = hsum_lanes8(sum);
+	if (paired < nb) {
+		const int64_t b = paired;
+		int tot = 0;
+		for (int e = 0; e < 32; e++)
+			tot += lv[e < 16 ? w[b].qs[e] & 0xF : w[b].qs[e - 16] >> 4] * y[b].qs[e];
+		r += pg_f16_to_f32(w[b].d) * pg_f16_to_f32(y[b].d) * (float)tot; /* unfused */
+	}
+	return r;
+}
+
+/* IQ4_NL with a row count llama.cpp does not repack: vec_dot's order for a
+ * plain matmul and an unflagged row, tinyBLAS's for a flagged one; with a
+ * multiple of 8 rows the repacked order, flag or not. Odd and even block
+ * counts, raw nibbles (every level), on every ISA. */
+START_TEST(test_iq4_nl_orders_are_ggml)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const uint32_t t = PG_TYPE_IQ4_NL;
+	const int64_t m = 6, ks[] = { 32, 96, 256, 352 }, ns[] = { 5, 13, 16 };
+	for (size_t ki = 0; ki < 4; ki++)
+		for (size_t ni = 0; ni < 3; ni++) {
+			const int64_t k = ks[ki], n = ns[ni], nb = k / 32;
+			block_iq4_nl *W = make_weights(t, n, k, NULL);
+			for (int64_t b = 0; b < n * nb; b++)
+				for (int e = 0; e < 16; e++)
+					W[b].qs[e] = (uint8_t)rnd();
+			ck_assert(pg_matmul_tb_applies(t, n, k) == (n % 8 != 0));
+			const size_t xr = pg_act_row_size(t, k);
+			float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
+			char *Xq = malloc(xr * (size_t)m);
+			fill(X, m * k, 2.0f);
+			const bool tb[6] = { true, false, true, true, false, false };
+			for (size_t a = 0; a < 3; a++) {
+				if (!pg_cpu_set_isa(all_isas[a]))
+					continue;
+				for (int64_t r = 0; r < m; r++)
+					pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
+				for (int v = 0; v < 3; v++) {
+					if (v == 0)
+						pg_matmul(pool, W, t, n, k, X, m, Y, n);
+					else
+						pg_matmul_tb(v == 1 ? pool : NULL, W, t, n, k, X, m, Y, n, tb);
+					for (int64_t r = 0; r < m; r++)
+						for (int64_t j = 0; j < n; j++) {
+							enum nl_order o = n % 8 == 0 ? NL_REPACKED
+								: v > 0 && tb[r] ? NL_TINYBLAS : NL_VEC_DOT;
+							const float want = ggml_iq4_nl_dot(W + j * nb,
+								(const block_q8_0 *)(Xq + (size_t)r * xr), nb, o);
+							ck_assert_msg(memcmp(&Y[r * n + j], &want, 4) == 0,
+								      "%s n=%ld k=%ld v=%d row %ld col %ld order %d: %a != %a",
+								      all_isas[a], (long)n, (long)k, v, (long)r, (long)j, o,
+								      Y[r * n + j], want);
+						}
+				}
+			}
+			free(W);
+			free(X);
+			free(Y);
+			free(Xq);
+		}
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
 /* ggml_gemm_q4_K_8x8_q8_K: the repacked order with one FMA per pair of
  * sub-blocks (64 elements) in each chain. */
 static float ggml_q4_K_gemm_dot(const block_q4_K *w, const block_q8_K *y, int64_t nb)
@@ -759,7 +857,7 @@ START_TEST(test_q4_K_gemm_rows)
 	struct pg_pool *pool = pg_pool_create(3);
 	ck_assert_ptr_nonnull(pool);
 	const uint32_t t = PG_TYPE_Q4_K;
-	const int64_t n = 24, k = 3 * QK_K, m = 21;
+	const int64_t n = 24, k = 3 * QK_K, m = 70;
 	const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
 	void *W = make_weights(t, n, k, NULL);
 	float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
@@ -773,7 +871,7 @@ START_TEST(test_q4_K_gemm_rows)
 		for (int64_t r = 0; r < m; r++)
 			pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
 		for (int pat = 0; pat < 3; pat++) {
-			bool tb[21];
+			bool tb[70]; /* 70: more than one gemm8 call (PG_GEMM8_MAX_NR) */
 			for (int64_t r = 0; r < m; r++)
 				tb[r] = pat == 0 ? r < 8 : pat == 1 ? r % 3 != 1 : true;
 			pg_matmul_tb(pat == 2 ? NULL : pool, W, t, n, k, X, m, Y, n, tb);
@@ -1033,6 +1131,83 @@ START_TEST(test_iq4_xs_order_is_ggml)
 }
 END_TEST
 
+/* IQ4_XS with a multiple of 8 rows through pg_matmul_tb: a flagged row in
+ * the IQ panel gemm's order (llama.cpp's iqp.cpp, for matmuls of 8 rows or
+ * more: one chain, acc = fma((float)isum, d*dy, acc) per super-block, the
+ * group scales inside isum), the others in vec_dot's; any mix of flags,
+ * threaded or not, raw random blocks, on every ISA. */
+static float ggml_iq4_xs_panel_dot(const block_iq4_xs *w, const block_q8_K *y, int64_t nb)
+{
+	static const int8_t lv[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+	float acc = 0;
+	for (int64_t i = 0; i < nb; i++) {
+		int isum = 0;
+		for (int e = 0; e < QK_K; e++) {
+			const int ib = e / 32, c = e % 32;
+			const int sc = (((w[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+					(((w[i].scales_h >> (2 * ib)) & 3) << 4)) - 32;
+			const uint8_t q = w[i].qs[16 * ib + c % 16];
+			isum += sc * lv[c < 16 ? q & 0xF : q >> 4] * y[i].qs[e];
+		}
+		acc = fmaf((float)isum, pg_f16_to_f32(w[i].d) * y[i].d, acc);
+	}
+	return acc;
+}
+
+START_TEST(test_iq4_xs_panel_rows)
+{
+	save_isa();
+	struct pg_pool *pool = pg_pool_create(3);
+	ck_assert_ptr_nonnull(pool);
+	const uint32_t t = PG_TYPE_IQ4_XS;
+	const int64_t n = 40, m = 70, nb = 2, k = nb * QK_K;
+	block_iq4_xs *W = malloc(sizeof(block_iq4_xs) * (size_t)(n * nb));
+	for (int64_t b = 0; b < n * nb; b++) {
+		unsigned char *p = (unsigned char *)&W[b];
+		for (size_t i = 0; i < sizeof(block_iq4_xs); i++)
+			p[i] = (unsigned char)rnd();
+		W[b].d = pg_f32_to_f16(0.001f * (float)(1 + b % 7));
+	}
+	ck_assert(pg_matmul_tb_applies(t, n, k));
+	ck_assert(!pg_matmul_tb_applies(t, n - 4, k));
+	const size_t xr = pg_act_row_size(t, k);
+	float *X = malloc(sizeof(float) * (size_t)(m * k)), *Y = malloc(sizeof(float) * (size_t)(m * n));
+	char *Xq = malloc(xr * (size_t)m);
+	fill(X, m * k, 3.0f);
+	bool tb[70]; /* 70: more than one gemm8 call (PG_GEMM8_MAX_NR) */
+	for (size_t a = 0; a < 3; a++) {
+		if (!pg_cpu_set_isa(all_isas[a]))
+			continue;
+		for (int64_t r = 0; r < m; r++)
+			pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
+		for (int pat = 0; pat < 3; pat++) {
+			for (int64_t r = 0; r < m; r++)
+				tb[r] = pat == 0 || (pat == 1 && r % 5 != 2);
+			pg_matmul_tb(pat == 2 ? NULL : pool, W, t, n, k, X, m, Y, n, tb);
+			for (int64_t r = 0; r < m; r++)
+				for (int64_t j = 0; j < n; j++) {
+					const block_q8_K *y = (const void *)(Xq + (size_t)r * xr);
+					float want;
+					if (tb[r]) {
+						want = ggml_iq4_xs_panel_dot(W + j * nb, y, nb);
+					} else { /* vec_dot's order: the same oracle as above, one row */
+						pg_matmul(NULL, W + j * nb, t, 1, k, X + r * k, 1, &want, 1);
+					}
+					ck_assert_msg(memcmp(&Y[r * n + j], &want, 4) == 0,
+						      "%s pattern %d row %ld col %ld: %a != %a", all_isas[a], pat, (long)r,
+						      (long)j, Y[r * n + j], want);
+				}
+		}
+	}
+	free(W);
+	free(X);
+	free(Y);
+	free(Xq);
+	pg_pool_destroy(pool);
+	restore_isa();
+}
+END_TEST
+
 /* Every bit pattern of a Q3_K level and scale: hand-built blocks (hmask
  * bits set and clear, scales at -32 and 31) against the same order. */
 START_TEST(test_q3_K_extremes)
@@ -1078,9 +1253,10 @@ END_TEST
  * and the repacked kernels of all ISAs read one layout. Weights with raw
  * random nibbles (every level) and activations of ±1 (every value ±127)
  * reach the extremes of the i16 sums of the AVX2 kernel. */
-START_TEST(test_q4_0_repacked_equals_unpacked)
+START_TEST(test_x8_repacked_equals_unpacked)
 {
 	save_isa();
+	const uint32_t t = _i ? PG_TYPE_IQ4_NL : PG_TYPE_Q4_0, tx = _i ? PG_TYPE_IQ4_NL_X8 : PG_TYPE_Q4_0_X8;
 	struct pg_pool *pool = pg_pool_create(3);
 	ck_assert_ptr_nonnull(pool);
 	const int64_t ks[] = { 32, 64, 96, 224, 1056, 2048 };
@@ -1090,8 +1266,8 @@ START_TEST(test_q4_0_repacked_equals_unpacked)
 			const int64_t k = ks[ki], n = ns[ni], mmax = 17;
 			if (k * n > 2048 * 64)
 				continue;
-			const size_t wr = pg_row_size(PG_TYPE_Q4_0, (uint64_t)k), xr = pg_act_row_size(PG_TYPE_Q4_0, k);
-			block_q4_0 *W = make_weights(PG_TYPE_Q4_0, n, k, NULL);
+			const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
+			block_q4_0 *W = make_weights(t, n, k, NULL); /* IQ4_NL: the same shape */
 			if ((ki + ni) % 2) /* raw nibbles: every level, both extremes */
 				for (int64_t b = 0; b < n * k / QK4_0; b++)
 					for (int e = 0; e < QK4_0 / 2; e++)
@@ -1111,30 +1287,32 @@ START_TEST(test_q4_0_repacked_equals_unpacked)
 				if (!pg_cpu_set_isa(all_isas[a]))
 					continue;
 				for (int64_t r = 0; r < mmax; r++)
-					pg_quantize_act(PG_TYPE_Q4_0, X + r * k, Xq + (size_t)r * xr, k);
+					pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
 				for (int64_t m = 1; m <= mmax; m += m < 9 ? 1 : 8) {
-					pg_matmul(NULL, W, PG_TYPE_Q4_0, n, k, X, m, Yw, n);
+					pg_matmul(NULL, W, t, n, k, X, m, Yw, n);
 					for (int v = 0; v < 4; v++) {
 						memset(Yx, 0xff, sizeof(float) * (size_t)(m * n));
 						if (v < 2)
-							pg_matmul(v ? pool : NULL, Wx, PG_TYPE_Q4_0_X8, n, k, X, m, Yx, n);
+							pg_matmul(v ? pool : NULL, Wx, tx, n, k, X, m, Yx, n);
 						else if (v == 2)
-							pg_matmul_q(pool, Wx, PG_TYPE_Q4_0_X8, n, k, Xq, m, Yx, n);
+							pg_matmul_q(pool, Wx, tx, n, k, Xq, m, Yx, n);
 						else
 							for (int64_t r = 0; r < m; r++)
-								pg_matmul(NULL, Wx, PG_TYPE_Q4_0_X8, n, k, X + r * k, 1, Yx + r * n, n);
+								pg_matmul(NULL, Wx, tx, n, k, X + r * k, 1, Yx + r * n, n);
 						for (int64_t r = 0; r < m; r++)
 							for (int64_t j = 0; j < n; j++) {
-								const float want = ggml_q4_0_dot((const block_q4_0 *)((const char *)W + (size_t)j * wr),
-												 (const block_q8_0 *)(Xq + (size_t)r * xr), k / QK4_0, true);
+								const void *wj = (const char *)W + (size_t)j * wr;
+								const block_q8_0 *xj = (const block_q8_0 *)(Xq + (size_t)r * xr);
+								const float want = _i ? ggml_iq4_nl_dot(wj, xj, k / 32, NL_REPACKED)
+										      : ggml_q4_0_dot(wj, xj, k / QK4_0, true);
 								ck_assert_msg(memcmp(&Yw[r * n + j], &want, 4) == 0,
-									      "unpacked %s n=%ld k=%ld m=%ld row %ld col %ld: %a != %a",
-									      all_isas[a], (long)n, (long)k, (long)m, (long)r, (long)j,
-									      Yw[r * n + j], want);
+									      "unpacked %s %s n=%ld k=%ld m=%ld row %ld col %ld: %a != %a",
+									      pg_type_name(t), all_isas[a], (long)n, (long)k, (long)m, (long)r,
+									      (long)j, Yw[r * n + j], want);
 								ck_assert_msg(memcmp(&Yx[r * n + j], &want, 4) == 0,
-									      "repacked %s n=%ld k=%ld m=%ld v=%d row %ld col %ld: %a != %a",
-									      all_isas[a], (long)n, (long)k, (long)m, v, (long)r, (long)j,
-									      Yx[r * n + j], want);
+									      "repacked %s %s n=%ld k=%ld m=%ld v=%d row %ld col %ld: %a != %a",
+									      pg_type_name(t), all_isas[a], (long)n, (long)k, (long)m, v, (long)r,
+									      (long)j, Yx[r * n + j], want);
 							}
 					}
 				}
@@ -1427,7 +1605,9 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_q4_K_repacked_equals_unpacked);
 	tcase_add_test(tc, test_q3_K_extremes);
 	tcase_add_test(tc, test_iq4_xs_order_is_ggml);
-	tcase_add_test(tc, test_q4_0_repacked_equals_unpacked);
+	tcase_add_test(tc, test_iq4_xs_panel_rows);
+	tcase_add_loop_test(tc, test_x8_repacked_equals_unpacked, 0, 2);
+	tcase_add_test(tc, test_iq4_nl_orders_are_ggml);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
 	tcase_add_test(tc, test_q8_0_s127_same_bits);
 	tcase_add_test(tc, test_matmul_many_equals_each);

@@ -192,7 +192,7 @@ static const struct {
 	{ "F32", PG_TYPE_F32, 0 },   { "F16", PG_TYPE_F16, 1 },   { "BF16", PG_TYPE_BF16, 32 },
 	{ "Q8_0", PG_TYPE_Q8_0, 7 }, { "Q4_0", PG_TYPE_Q4_0, 2 }, { "Q2_K", PG_TYPE_Q2_K, 10 },
 	{ "Q3_K", PG_TYPE_Q3_K, 11 }, { "Q4_K", PG_TYPE_Q4_K, 14 }, { "Q5_K", PG_TYPE_Q5_K, 16 },
-	{ "Q6_K", PG_TYPE_Q6_K, 18 }, { "IQ4_XS", PG_TYPE_IQ4_XS, 30 },
+	{ "Q6_K", PG_TYPE_Q6_K, 18 }, { "IQ4_NL", PG_TYPE_IQ4_NL, 25 }, { "IQ4_XS", PG_TYPE_IQ4_XS, 30 },
 };
 #define NTYPES (int)(sizeof types / sizeof types[0])
 

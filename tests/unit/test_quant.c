@@ -1,5 +1,5 @@
-/* tests/unit/test_quant.c — the 2- and 3-bit K-quants' and IQ4_XS's
- * reference quantizer and dequantizer: round trips within what the formats give, and blocks
+/* tests/unit/test_quant.c — the 2- and 3-bit K-quants', IQ4_NL's and
+ * IQ4_XS's reference quantizer and dequantizer: round trips within what the formats give, and blocks
  * built by hand that decode to what the GGUF layout defines. */
 #include <check.h>
 #include <math.h>
@@ -43,7 +43,9 @@ static double rel_rmse(const float *x, const float *y, int64_t k)
  * 0.087-0.094 over 1000 seeds; its bounds leave a quarter and a sixth,
  * under the 0.22 and 0.33 that swapping a byte's two scale nibbles gives
  * (neighbouring groups have similar scales, so that error is the
- * smallest); a misplaced quant nibble or scale bit pair gives 0.9 or more. */
+ * smallest); a misplaced quant nibble or scale bit pair gives 0.9 or more.
+ * IQ4_NL, with an f16 scale per group, gives 0.072-0.076 and 0.087-0.094
+ * over 300 seeds and keeps IQ4_XS's bounds. */
 static const struct {
 	uint32_t t;
 	int group; /* elements under one scale */
@@ -51,6 +53,7 @@ static const struct {
 } lim[] = {
 	{ PG_TYPE_Q2_K, 16, 0.36, 0.55 },
 	{ PG_TYPE_Q3_K, 16, 0.19, 0.21 },
+	{ PG_TYPE_IQ4_NL, 32, 0.095, 0.11 },
 	{ PG_TYPE_IQ4_XS, 32, 0.095, 0.11 },
 };
 
@@ -88,7 +91,7 @@ START_TEST(test_roundtrip)
 	pg_dequant_row(t, q, y, QK_K);
 	for (int j = 0; j < g; j++)
 		ck_assert_float_eq(y[j], 0.0f);
-	ck_assert_uint_eq(pg_quantize_row(t, x, q, 128), 0); /* not whole blocks */
+	ck_assert_uint_eq(pg_quantize_row(t, x, q, pg_type_info(t)->blck + 16), 0); /* not whole blocks */
 	free(x);
 	free(y);
 	free(q);
@@ -260,6 +263,27 @@ START_TEST(test_quant_grid)
 	pg_dequant_row(PG_TYPE_Q3_K, &b3, y, QK_K);
 	for (int e = 0; e < QK_K; e++)
 		ck_assert_msg(y[e] == x[e], "q3_K grid element %d: %g, want %g", e, y[e], x[e]);
+
+	/* IQ4_NL: levels of the table times a step per block, each block
+	 * holding the -127 level (its largest in size): the fit tried from
+	 * that extreme finds the step, stored exactly in f16 */
+	for (int e = 0; e < QK_K; e++) {
+		const int j = e / 32;
+		want[e] = (e * 5 + j) % 16;
+		x[e] = (float)pg_iq4nl_values[want[e]] * (float)(j + 1) * 0.125f;
+	}
+	block_iq4_nl bn[QK_K / 32];
+	ck_assert_uint_eq(pg_quantize_row(PG_TYPE_IQ4_NL, x, bn, QK_K), sizeof(bn));
+	for (int e = 0; e < QK_K; e++) {
+		const uint8_t byte = bn[e / 32].qs[e % 16];
+		const int l = e % 32 < 16 ? byte & 0xF : byte >> 4;
+		ck_assert_msg(l == want[e], "iq4_nl element %d: level %d, want %d", e, l, want[e]);
+	}
+	for (int j = 0; j < QK_K / 32; j++)
+		ck_assert_float_eq(pg_f16_to_f32(bn[j].d), (float)(j + 1) * 0.125f);
+	pg_dequant_row(PG_TYPE_IQ4_NL, bn, y, QK_K);
+	for (int e = 0; e < QK_K; e++)
+		ck_assert_msg(y[e] == x[e], "iq4_nl grid element %d: %g, want %g", e, y[e], x[e]);
 }
 END_TEST
 

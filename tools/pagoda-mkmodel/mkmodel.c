@@ -78,7 +78,7 @@ static void mk_usage(FILE *f)
 		"  --vocab N             vocabulary size (>= 259 for the built-in tokenizer)\n"
 		"  --ctx N               context length\n"
 		"  --type T              2-D weight type: F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K\n"
-		"                        Q5_K Q6_K IQ4_XS (norms stay F32)\n"
+		"                        Q5_K Q6_K IQ4_NL IQ4_XS (norms stay F32)\n"
 		"  --seed S              PRNG seed (default 0)\n"
 		"  --rope-base F         RoPE frequency base (default 10000)\n"
 		"  --norm-eps F          RMSNorm epsilon (default 1e-5)\n"
@@ -98,7 +98,7 @@ static const struct {
 	{ "F32", PG_TYPE_F32, 0 },   { "F16", PG_TYPE_F16, 1 },   { "BF16", PG_TYPE_BF16, 32 },
 	{ "Q8_0", PG_TYPE_Q8_0, 7 }, { "Q4_0", PG_TYPE_Q4_0, 2 }, { "Q2_K", PG_TYPE_Q2_K, 10 },
 	{ "Q3_K", PG_TYPE_Q3_K, 11 }, { "Q4_K", PG_TYPE_Q4_K, 14 }, { "Q5_K", PG_TYPE_Q5_K, 16 },
-	{ "Q6_K", PG_TYPE_Q6_K, 18 }, { "IQ4_XS", PG_TYPE_IQ4_XS, 30 },
+	{ "Q6_K", PG_TYPE_Q6_K, 18 }, { "IQ4_NL", PG_TYPE_IQ4_NL, 25 }, { "IQ4_XS", PG_TYPE_IQ4_XS, 30 },
 };
 #define MK_NTYPES (sizeof(mk_types) / sizeof(mk_types[0]))
 
@@ -253,7 +253,7 @@ static int mk_parse_args(int argc, char **argv, struct mk_opts *o)
 					break;
 			if (k == MK_NTYPES)
 				return mk_err("unknown --type '%s' (one of F32 F16 BF16 Q8_0 Q4_0 Q2_K Q3_K Q4_K "
-					      "Q5_K Q6_K IQ4_XS)", val);
+					      "Q5_K Q6_K IQ4_NL IQ4_XS)", val);
 			o->type = mk_types[k].type;
 			o->type_set = true;
 		} else if (!strcmp(flag, "--rope-base")) {
