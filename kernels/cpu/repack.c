@@ -6,6 +6,7 @@
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #ifdef __SSE2__
@@ -76,23 +77,25 @@ void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb)
 	}
 }
 
-void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+/* lv: the 16 levels; with_off: the block's sum starts from x->off (Q4_0's
+ * -8·Σy, its levels being the raw nibbles) */
+static void x8_scalar(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+		      const int8_t *lv, bool with_off)
 {
-	const uint8_t *qs = g;
 	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
 	for (int r = 0; r < nr; r++) {
 		const pg_q8x *xr = (const pg_q8x *)((const char *)x + (size_t)r * bx);
 		for (int j = 0; j < 8; j++) {
 			float acc = 0;
 			for (int64_t i = 0; i < nb; i++) {
-				/* the row's 16 bytes of block_q4_0.qs, back together */
+				/* the row's 16 bytes of the block's qs, back together */
 				uint8_t q[16];
 				memcpy(q, qs + (size_t)i * 128 + 8 * j, 8);
 				memcpy(q + 8, qs + (size_t)i * 128 + 64 + 8 * j, 8);
 				const int8_t *y = xr[i].qs;
-				int isum = xr[i].off;
+				int isum = with_off ? xr[i].off : 0;
 				for (int t = 0; t < 16; t++)
-					isum += (q[t] & 0xF) * y[t] + (q[t] >> 4) * y[t + 16];
+					isum += lv[q[t] & 0xF] * y[t] + lv[q[t] >> 4] * y[t + 16];
 				acc = fmaf((float)isum, pg_f16_to_f32(sc[8 * i + j]) * xr[i].d, acc);
 			}
 			s[(size_t)r * bs + j] = acc;
@@ -100,26 +103,14 @@ void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, in
 	}
 }
 
-/* IQ4_NL in the same layout: levels looked up, no offset (x->off unused). */
+void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+{
+	static const int8_t nibbles[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
+	x8_scalar(nb, g, x, bx, nr, s, bs, nibbles, true);
+}
+
+/* IQ4_NL in the same layout: levels looked up, no offset. */
 void pg_iq4_nl_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
 {
-	const uint8_t *qs = g;
-	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
-	for (int r = 0; r < nr; r++) {
-		const pg_q8x *xr = (const pg_q8x *)((const char *)x + (size_t)r * bx);
-		for (int j = 0; j < 8; j++) {
-			float acc = 0;
-			for (int64_t i = 0; i < nb; i++) {
-				uint8_t q[16];
-				memcpy(q, qs + (size_t)i * 128 + 8 * j, 8);
-				memcpy(q + 8, qs + (size_t)i * 128 + 64 + 8 * j, 8);
-				const int8_t *y = xr[i].qs;
-				int isum = 0;
-				for (int t = 0; t < 16; t++)
-					isum += pg_iq4nl_values[q[t] & 0xF] * y[t] + pg_iq4nl_values[q[t] >> 4] * y[t + 16];
-				acc = fmaf((float)isum, pg_f16_to_f32(sc[8 * i + j]) * xr[i].d, acc);
-			}
-			s[(size_t)r * bs + j] = acc;
-		}
-	}
+	x8_scalar(nb, g, x, bx, nr, s, bs, pg_iq4nl_values, false);
 }

@@ -25,22 +25,8 @@ static void restore_isa(void)
 	pg_cpu_set_isa(saved_isa);
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return (uint32_t)(rng_state >> 16);
-}
-static float frand(void) /* uniform [-1, 1) */
-{
-	return (float)((double)rnd() / 2147483648.0 - 1.0);
-}
-static float grand(void) /* roughly gaussian */
-{
-	return (frand() + frand() + frand() + frand()) * 0.866f;
-}
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "tests/unit/test_rng.h"
 static void fill(float *x, int64_t n, float scale)
 {
 	for (int64_t i = 0; i < n; i++)

@@ -8,22 +8,8 @@
 
 #include "kernels/backend.h"
 
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static uint32_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return (uint32_t)(rng_state >> 16);
-}
-static float frand(void) /* uniform [-1, 1) */
-{
-	return (float)((double)rnd() / 2147483648.0 - 1.0);
-}
-static float grand(void) /* roughly gaussian */
-{
-	return (frand() + frand() + frand() + frand()) * 0.866f;
-}
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "tests/unit/test_rng.h"
 
 static double rel_rmse(const float *x, const float *y, int64_t k)
 {

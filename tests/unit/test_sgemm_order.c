@@ -24,18 +24,8 @@
 
 static const char *const simd_isas[] = { "avx2", "avx512" };
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static float grand(void)
-{
-	float s = 0;
-	for (int i = 0; i < 4; i++) {
-		rng ^= rng << 13;
-		rng ^= rng >> 7;
-		rng ^= rng << 17;
-		s += (float)((double)(uint32_t)(rng >> 16) / 2147483648.0 - 1.0);
-	}
-	return s * 0.866f;
-}
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "tests/unit/test_rng.h"
 
 static float tinyblas_ref(const float *a, const float *b, int64_t k)
 {
