@@ -233,6 +233,124 @@ static void gemm16_iq4_xs(int64_t k, const void *w, size_t bw, const void *x, si
 		_mm512_storeu_ps(s + (size_t)r * bs, acc[r]);
 }
 
+/* PG_TYPE_Q4_K_X8 in the gemm's order (q4kx8_block with pairs: per 64
+ * elements one fma of the scaled sum and one of the mins) on 16 weight
+ * rows: two groups side by side in 512-bit vectors, the nibbles of a
+ * super-block unpacked once for all activation rows, 4 of those at a
+ * time against each vector. The same integers and float ops per output
+ * as the 256-bit kernel. */
+struct q4kx16 {
+	__m512i q[64]; /* [16 g + 8 h + e]: sub-block 2g+h, 4 bytes of each row */
+	__m512i sc[8], mn[8];
+	__m512 d, dmin;
+};
+
+ALWAYS_INLINE __m512i two_groups(const uint8_t *a, const uint8_t *b)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+				  _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+ALWAYS_INLINE __m512i two_groups_u8(const uint8_t *a, const uint8_t *b)
+{
+	return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)a),
+						       _mm_loadl_epi64((const __m128i *)b)));
+}
+
+static void q4kx16_build(const uint8_t *a, const uint8_t *b, struct q4kx16 *p)
+{
+	const __m512i lo4 = _mm512_set1_epi8(0x0F);
+	for (int g = 0; g < 4; g++)
+		for (int e = 0; e < 8; e++) {
+			const __m512i q = two_groups(a + 32 * (8 * g + e), b + 32 * (8 * g + e));
+			p->q[16 * g + e] = _mm512_and_si512(q, lo4);
+			p->q[16 * g + 8 + e] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+		}
+	for (int t = 0; t < 8; t++) {
+		p->sc[t] = two_groups_u8(a + 1024 + 8 * t, b + 1024 + 8 * t);
+		p->mn[t] = two_groups_u8(a + 1088 + 8 * t, b + 1088 + 8 * t);
+	}
+	p->d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 1152))),
+						       _mm_loadu_si128((const __m128i *)(b + 1152)), 1));
+	p->dmin = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 1168))),
+							  _mm_loadu_si128((const __m128i *)(b + 1168)), 1));
+}
+
+ALWAYS_INLINE void q4kx16_rows(const struct q4kx16 *p, const void *x, size_t bx, int64_t i, int r0, const int R,
+			       __m512 *acc, __m512 *accm)
+{
+	const block_q8_K *y[4];
+	__m512 dd[4], dm[4];
+	#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+		y[r] = XROW(block_q8_K, x, bx, r0 + r) + i;
+		const __m512 dy = _mm512_set1_ps(y[r]->d);
+		dd[r] = _mm512_mul_ps(p->d, dy);
+		dm[r] = _mm512_mul_ps(p->dmin, dy);
+	}
+	for (int g = 0; g < 4; g++) {
+		__m512i is[4];
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			is[r] = _mm512_setzero_si512();
+		for (int h = 0; h < 2; h++) {
+			__m512i s0[4], s1[4];
+			#pragma GCC unroll 4
+			for (int r = 0; r < R; r++)
+				s0[r] = s1[r] = _mm512_setzero_si512();
+			#pragma GCC unroll 8
+			for (int e = 0; e < 8; e += 2) {
+				const __m512i q0 = p->q[16 * g + 8 * h + e], q1 = p->q[16 * g + 8 * h + e + 1];
+				#pragma GCC unroll 4
+				for (int r = 0; r < R; r++) {
+					int32_t u0, u1;
+					memcpy(&u0, y[r]->qs + 64 * g + 32 * h + 4 * e, 4);
+					memcpy(&u1, y[r]->qs + 64 * g + 32 * h + 4 * e + 4, 4);
+					s0[r] = _mm512_dpbusd_epi32(s0[r], q0, _mm512_set1_epi32(u0));
+					s1[r] = _mm512_dpbusd_epi32(s1[r], q1, _mm512_set1_epi32(u1));
+				}
+			}
+			#pragma GCC unroll 4
+			for (int r = 0; r < R; r++)
+				is[r] = _mm512_add_epi32(is[r], _mm512_mullo_epi32(_mm512_add_epi32(s0[r], s1[r]), p->sc[2 * g + h]));
+		}
+		#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const __m512i b0 = _mm512_set1_epi32(y[r]->bsums[4 * g] + y[r]->bsums[4 * g + 1]);
+			const __m512i b1 = _mm512_set1_epi32(y[r]->bsums[4 * g + 2] + y[r]->bsums[4 * g + 3]);
+			const __m512i gm = _mm512_add_epi32(_mm512_mullo_epi32(p->mn[2 * g], b0),
+							    _mm512_mullo_epi32(p->mn[2 * g + 1], b1));
+			acc[r0 + r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r]), dd[r], acc[r0 + r]);
+			accm[r0 + r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(gm), dm[r], accm[r0 + r]);
+		}
+	}
+}
+
+/* pg_kern.gemm16 for PG_TYPE_Q4_K_X8: w is a group, w + 8 bw the next */
+static void gemm16_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			    size_t bs)
+{
+	struct q4kx16 p;
+	__m512 acc[PG_GEMM8_MAX_NR], accm[PG_GEMM8_MAX_NR];
+	for (int r = 0; r < nr; r++)
+		acc[r] = accm[r] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const uint8_t *a = (const uint8_t *)w + (size_t)i * PG_Q4KX8_SB, *b = a + 8 * bw;
+		for (int l = 0; l < PG_Q4KX8_SB; l += 64) {
+			_mm_prefetch((const char *)a + 4 * PG_Q4KX8_SB + l, _MM_HINT_T0);
+			_mm_prefetch((const char *)b + 4 * PG_Q4KX8_SB + l, _MM_HINT_T0);
+		}
+		q4kx16_build(a, b, &p);
+		int r = 0;
+		for (; r + 4 <= nr; r += 4)
+			q4kx16_rows(&p, x, bx, i, r, 4, acc, accm);
+		for (; r < nr; r++)
+			q4kx16_rows(&p, x, bx, i, r, 1, acc, accm);
+	}
+	for (int r = 0; r < nr; r++)
+		_mm512_storeu_ps(s + (size_t)r * bs, _mm512_sub_ps(acc[r], accm[r]));
+}
+
 /* Two or more activation rows of Q8_0: packed pairs on 512-bit vectors.
  * One row (decode) stays on the 256-bit kernel: it is bound by memory. */
 static const struct pg_act_pack q8_0_pairs = {
@@ -274,6 +392,7 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_IQ4_XS] = gemm8_iq4_xs,
 	},
 	.gemm16 = {
+		[PG_TYPE_Q4_K_X8] = gemm16_q4_K_x8r,
 		[PG_TYPE_IQ4_XS] = gemm16_iq4_xs,
 	},
 	.tb = {
