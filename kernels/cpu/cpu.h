@@ -173,6 +173,13 @@ static inline void pg_q3_K_scale_words(const uint8_t packed[12], uint32_t u[4])
 	u[3] = ((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4);
 }
 
+/* The signed scale of group ib of an IQ4_XS block: 6 bits, the low 4 in
+ * scales_l (two groups a byte), the top 2 in scales_h, biased by 32. */
+static inline int pg_iq4_xs_scale(const block_iq4_xs *b, int ib)
+{
+	return (((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b->scales_h >> (2 * ib)) & 3) << 4)) - 32;
+}
+
 static inline void pg_q3_K_scales(const uint8_t packed[12], int8_t out[16])
 {
 	uint32_t u[4];

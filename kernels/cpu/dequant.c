@@ -209,9 +209,7 @@ static void dq_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb)
 		const float d = pg_f16_to_f32(x[i].d);
 		const uint8_t *q = x[i].qs;
 		for (int ib = 0; ib < QK_K / 32; ib++, q += 16, y += 32) {
-			const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) |
-				       (((x[i].scales_h >> 2 * ib) & 3) << 4);
-			const float dl = d * (ls - 32);
+			const float dl = d * pg_iq4_xs_scale(&x[i], ib);
 			for (int j = 0; j < 16; j++) {
 				y[j] = dl * pg_iq4nl_values[q[j] & 0xF];
 				y[j + 16] = dl * pg_iq4nl_values[q[j] >> 4];

@@ -392,11 +392,6 @@ static float dot_q6_K(int64_t k, const void *vw, const void *vx)
  * 4l..4l+3 of each group of 32 (the low nibbles are elements 0-15, the high
  * ones 16-31) times the group's scale; one FMA per super-block and lane of
  * d·dy, then hsum_float_8. */
-static int iq4_xs_scale(const block_iq4_xs *w, int ib)
-{
-	return (((w->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((w->scales_h >> (2 * ib)) & 3) << 4)) - 32;
-}
-
 static float dot_iq4_xs(int64_t k, const void *vw, const void *vx)
 {
 	const block_iq4_xs *w = vw;
@@ -411,7 +406,7 @@ static float dot_iq4_xs(int64_t k, const void *vw, const void *vx)
 				int s4 = 0;
 				for (int e = 4 * l; e < 4 * l + 4; e++)
 					s4 += pg_iq4nl_values[e < 16 ? q[e] & 0xF : q[e - 16] >> 4] * x[i].qs[32 * ib + e];
-				isum += iq4_xs_scale(&w[i], ib) * s4;
+				isum += pg_iq4_xs_scale(&w[i], ib) * s4;
 			}
 			acc[l] = fmaf(d, (float)isum, acc[l]);
 		}
@@ -566,7 +561,7 @@ static float dot_iq4_xs_x8(int64_t k, const block_iq4_xs *w, const block_q8_K *x
 			int s4 = 0;
 			for (int e = 0; e < 16; e++)
 				s4 += pg_iq4nl_values[q[e] & 0xF] * y[e] + pg_iq4nl_values[q[e] >> 4] * y[e + 16];
-			sumi += iq4_xs_scale(&w[i], ib) * s4;
+			sumi += pg_iq4_xs_scale(&w[i], ib) * s4;
 		}
 		acc = fmaf((float)sumi, pg_f16_to_f32(w[i].d) * x[i].d, acc);
 	}

@@ -190,7 +190,7 @@ ALWAYS_INLINE __m256i q4_unpack(const uint8_t *qs)
 /* Q4_0 weights whose row count is not a multiple of 8 (llama.cpp keeps
  * them unpacked): ggml_vec_dot_q4_0_q8_0 (AVX2) and tinyBLAS_Q0_AVX alike,
  * one 8-lane accumulator, acc = fma(dx*dy, (float)lane sums, acc), then
- * hsum_float_8. Other shapes go to q4_0_x8_tile. */
+ * hsum_float_8. Other shapes go to x8_tile. */
 #define PREP_Q4_0(b) _mm256_sub_epi8(q4_unpack((b)->qs), _mm256_set1_epi8(8))
 ALWAYS_INLINE void q4_0_tile(int64_t k, const block_q4_0 *w, const void *x, size_t bx, const int nr, float *s,
 			     size_t bs)
@@ -488,13 +488,20 @@ ALWAYS_INLINE void q23_K_tile(int64_t k, const void *vw, const int three, const 
 		s[(size_t)r * bs] = hsum_ps(acc[r]);
 }
 
+/* 16 bytes of IQ4 nibbles (an IQ4_NL block, a group of IQ4_XS) as their
+ * 32 int8 levels: the nibbles of q4_unpack looked up. */
+ALWAYS_INLINE __m256i iq4_unpack(const uint8_t *qs)
+{
+	const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pg_iq4nl_values));
+	return _mm256_shuffle_epi8(values, q4_unpack(qs));
+}
+
 /* IQ4_XS against Q8_K: ggml_vec_dot_iq4_xs_q8_K (AVX2), lanes as
  * dot_scalar.c describes them: the nibbles looked up in the 16 levels
  * (pshufb), then |q| against sign(y, q) as ggml's mul_add_epi8. */
 ALWAYS_INLINE void iq4_xs_tile(int64_t k, const block_iq4_xs *w, const void *x, size_t bx, const int nr, float *s,
 			       size_t bs)
 {
-	const __m128i values = _mm_loadu_si128((const __m128i *)pg_iq4nl_values), m4 = _mm_set1_epi8(0x0F);
 	__m256 acc[PG_MAX_NR];
 	for (int r = 0; r < nr; r++)
 		acc[r] = _mm256_setzero_ps();
@@ -506,12 +513,9 @@ ALWAYS_INLINE void iq4_xs_tile(int64_t k, const block_iq4_xs *w, const void *x, 
 			isum[r] = _mm256_setzero_si256();
 		#pragma GCC unroll 8
 		for (int ib = 0; ib < 8; ib++) {
-			const __m128i q4 = _mm_loadu_si128((const __m128i *)(b->qs + 16 * ib));
-			const __m256i q = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), m4)),
-							   _mm_shuffle_epi8(values, _mm_and_si128(q4, m4)));
+			const __m256i q = iq4_unpack(b->qs + 16 * ib);
 			const __m256i aq = _mm256_sign_epi8(q, q);
-			const int ls = (((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b->scales_h >> (2 * ib)) & 3) << 4)) - 32;
-			const __m256i sc = _mm256_set1_epi16((short)ls);
+			const __m256i sc = _mm256_set1_epi16((short)pg_iq4_xs_scale(b, ib));
 			for (int r = 0; r < nr; r++) {
 				const __m256i y = _mm256_loadu_si256(
 					(const __m256i *)(XROW(block_q8_K, x, bx, r)[i].qs + 32 * ib));
@@ -525,13 +529,6 @@ ALWAYS_INLINE void iq4_xs_tile(int64_t k, const block_iq4_xs *w, const void *x, 
 	}
 	for (int r = 0; r < nr; r++)
 		s[(size_t)r * bs] = hsum_ps(acc[r]);
-}
-
-/* IQ4_NL's 32 levels, as int8: the nibbles of q4_unpack looked up. */
-ALWAYS_INLINE __m256i iq4_nl_unpack(const uint8_t *qs)
-{
-	const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pg_iq4nl_values));
-	return _mm256_shuffle_epi8(values, q4_unpack(qs));
 }
 
 /* IQ4_NL against Q8_0, the lane sums of one block: |q| against sign(y, q),
@@ -555,7 +552,7 @@ ALWAYS_INLINE void iq4_nl_tile(int64_t k, const block_iq4_nl *w, const void *x, 
 	for (; i + 1 < nb; i += 2) {
 		#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
-			const __m256i q = iq4_nl_unpack(w[i + h].qs);
+			const __m256i q = iq4_unpack(w[i + h].qs);
 			const float dw = f16s(w[i + h].d);
 			for (int r = 0; r < nr; r++) {
 				const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i + h;
@@ -568,7 +565,7 @@ ALWAYS_INLINE void iq4_nl_tile(int64_t k, const block_iq4_nl *w, const void *x, 
 		float sum = hsum_ps(_mm256_add_ps(acc[0][r], acc[1][r]));
 		if (i < nb) {
 			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
-			const int isum = hsum_epi32(iq4_nl_lanes(iq4_nl_unpack(w[i].qs), xb));
+			const int isum = hsum_epi32(iq4_nl_lanes(iq4_unpack(w[i].qs), xb));
 			sum += f16s(xb->d) * f16s(w[i].d) * (float)isum;
 		}
 		s[(size_t)r * bs] = sum;
@@ -584,7 +581,7 @@ ALWAYS_INLINE void iq4_nl_tb_tile(int64_t k, const block_iq4_nl *w, const void *
 	for (int r = 0; r < nr; r++)
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < k / 32; i++) {
-		const __m256i q = iq4_nl_unpack(w[i].qs);
+		const __m256i q = iq4_unpack(w[i].qs);
 		const float dw = f16s(w[i].d);
 		for (int r = 0; r < nr; r++) {
 			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
@@ -688,10 +685,12 @@ ALWAYS_INLINE __m256 f16x8_strided(const pg_f16 *p, size_t stride)
 
 #define WROW(T, w, bw, j) ((const T *)((const char *)(w) + (size_t)(j) * (bw)))
 
-/* Levels kept unsigned (0..15): (q - 8)·y = q·y - 8·Σy, and -8·Σy enters
- * each row's sum once, spread over the lanes of the accumulator start. */
-ALWAYS_INLINE void q4_0_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
-				float *s, size_t bs)
+/* Q4_0 (and IQ4_NL, nl: llama.cpp's repacked order is the same) in the
+ * file's layout. Q4_0's levels are kept unsigned (0..15): (q - 8)·y =
+ * q·y - 8·Σy, and -8·Σy enters each row's sum once, spread over the lanes
+ * of the accumulator start. IQ4_NL's are looked up, |q| against sign(y, q). */
+ALWAYS_INLINE void x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr, float *s,
+			   size_t bs, const bool nl)
 {
 	__m256 acc[PG_MAX_NR];
 	#pragma GCC unroll 8
@@ -708,53 +707,27 @@ ALWAYS_INLINE void q4_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
 		_mm_prefetch(next + 128, _MM_HINT_T0);
 		__m256i q[8];
 		#pragma GCC unroll 8
-		for (int j = 0; j < 8; j++)
-			q[j] = q4_unpack(WROW(block_q4_0, w, bw, j)[i].qs);
+		for (int j = 0; j < 8; j++) {
+			const uint8_t *qs = WROW(block_q4_0, w, bw, j)[i].qs;
+			q[j] = nl ? iq4_unpack(qs) : q4_unpack(qs);
+		}
 		const __m256 dw = f16x8_strided(&WROW(block_q4_0, w, bw, 0)[i].d, bw);
 		#pragma GCC unroll 8
 		for (int r = 0; r < nr; r++) {
 			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
 			const __m256i y = _mm256_loadu_si256((const __m256i *)xb->qs);
-			const __m256i off = _mm256_sub_epi32(_mm256_setzero_si256(),
-							     dot_us8(_mm256_setzero_si256(), eight, y));
 			__m256i p[8];
-			#pragma GCC unroll 8
-			for (int j = 0; j < 8; j++)
-				p[j] = dot_us8(off, q[j], y);
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(p)),
-						 _mm256_mul_ps(dw, _mm256_set1_ps(f16s(xb->d))), acc[r]);
-		}
-	}
-	#pragma GCC unroll 8
-	for (int r = 0; r < nr; r++)
-		_mm256_storeu_ps(s + (size_t)r * bs, acc[r]);
-}
-
-/* IQ4_NL in the file's layout, llama.cpp's repacked order (as Q4_0). */
-ALWAYS_INLINE void iq4_nl_x8_tile(int64_t k, const void *w, size_t bw, const void *x, size_t bx, const int nr,
-				  float *s, size_t bs)
-{
-	__m256 acc[PG_MAX_NR];
-	#pragma GCC unroll 8
-	for (int r = 0; r < nr; r++)
-		acc[r] = _mm256_setzero_ps();
-	for (int64_t i = 0; i < k / 32; i++) {
-		const char *next = (const char *)w + 8 * bw + (size_t)i * 8 * sizeof(block_iq4_nl);
-		_mm_prefetch(next, _MM_HINT_T0);
-		_mm_prefetch(next + 64, _MM_HINT_T0);
-		_mm_prefetch(next + 128, _MM_HINT_T0);
-		__m256i q[8];
-		#pragma GCC unroll 8
-		for (int j = 0; j < 8; j++)
-			q[j] = iq4_nl_unpack(WROW(block_iq4_nl, w, bw, j)[i].qs);
-		const __m256 dw = f16x8_strided(&WROW(block_iq4_nl, w, bw, 0)[i].d, bw);
-		#pragma GCC unroll 8
-		for (int r = 0; r < nr; r++) {
-			const block_q8_0 *xb = XROW(block_q8_0, x, bx, r) + i;
-			__m256i p[8];
-			#pragma GCC unroll 8
-			for (int j = 0; j < 8; j++)
-				p[j] = iq4_nl_lanes(q[j], xb);
+			if (nl) {
+				#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++)
+					p[j] = iq4_nl_lanes(q[j], xb);
+			} else {
+				const __m256i off = _mm256_sub_epi32(_mm256_setzero_si256(),
+								     dot_us8(_mm256_setzero_si256(), eight, y));
+				#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++)
+					p[j] = dot_us8(off, q[j], y);
+			}
 			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(p)),
 						 _mm256_mul_ps(dw, _mm256_set1_ps(f16s(xb->d))), acc[r]);
 		}
@@ -809,7 +782,6 @@ struct iq4xs_panel {
 
 static inline void iq4xs_panel_build(const void *w, size_t bw, int64_t i, struct iq4xs_panel *p)
 {
-	const __m128i values = _mm_loadu_si128((const __m128i *)pg_iq4nl_values), m4 = _mm_set1_epi8(0x0F);
 #ifdef PG_X86_VNNI
 	const __m256i u128 = _mm256_set1_epi8((char)0x80);
 	int32_t sc[8][8];
@@ -820,11 +792,8 @@ static inline void iq4xs_panel_build(const void *w, size_t bw, int64_t i, struct
 		__m256i rows[8], tr[8];
 		for (int j = 0; j < 8; j++) {
 			const block_iq4_xs *b = WROW(block_iq4_xs, w, bw, j) + i;
-			const __m128i q4 = _mm_loadu_si128((const __m128i *)(b->qs + 16 * ib));
-			rows[j] = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), m4)),
-						   _mm_shuffle_epi8(values, _mm_and_si128(q4, m4)));
-			const int scale = (((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
-					   (((b->scales_h >> (2 * ib)) & 3) << 4)) - 32;
+			rows[j] = iq4_unpack(b->qs + 16 * ib);
+			const int scale = pg_iq4_xs_scale(b, ib);
 #ifdef PG_X86_VNNI
 			sc[ib][j] = scale;
 #else
@@ -1294,8 +1263,10 @@ static void tb_iq4_nl(int64_t k, const void *w, size_t bw, int nw, const void *x
 		default: TILE(k, w, bw, x, bx, 4, s, bs); break;                                     \
 		}                                                                                     \
 	}
-X86_GEMV8(q4_0, q4_0_x8_tile)
-X86_GEMV8(iq4_nl, iq4_nl_x8_tile)
+#define Q4_0_X8_TILE(k, w, bw, x, bx, nr, s, bs) x8_tile(k, w, bw, x, bx, nr, s, bs, false)
+#define IQ4_NL_X8_TILE(k, w, bw, x, bx, nr, s, bs) x8_tile(k, w, bw, x, bx, nr, s, bs, true)
+X86_GEMV8(q4_0, Q4_0_X8_TILE)
+X86_GEMV8(iq4_nl, IQ4_NL_X8_TILE)
 static void gemv8_q8_0(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, size_t bs)
 {
 	switch (nr) {

@@ -112,7 +112,7 @@ static void tb_job_run(void *a, int ith, int nth)
 				}
 				continue;
 			}
-			if (tb && j->tb_fn) {
+			if (tb) {
 				for (int64_t r = r0; r < r1; r += PG_TB_NW)
 					j->tb_fn(j->k, j->W + (size_t)r * j->wrow, j->wrow,
 						 (int)(r1 - r < PG_TB_NW ? r1 - r : PG_TB_NW), x, j->xrow, nr, y + r,

@@ -621,16 +621,19 @@ static float ggml_q4_0_dot(const block_q4_0 *w, const block_q8_0 *y, int64_t nb,
 	return repacked ? acc : hsum_lanes8(lanes);
 }
 
+/* ggml's kvalues_iq4nl, restated here so that the oracles below do not
+ * read the table the kernels use */
+static const int8_t kvalues_iq4nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+
 /* IQ4_NL against Q8_0 in llama.cpp's three orders, lanes as Q4_0's:
  * ggml_vec_dot_iq4_nl_q8_0 (AVX2) puts even and odd blocks in two 8-lane
  * accumulators, added lane by lane before the hsum, an odd last block
- * added after (multiply, then add); tinyBLAS_Q0_AVX keeps one; the repacked iq4_nl_8x8 one
- * float chain. */
+ * added after (multiply, then add); tinyBLAS_Q0_AVX keeps one; the
+ * repacked iq4_nl_8x8 one float chain. */
 enum nl_order { NL_VEC_DOT, NL_TINYBLAS, NL_REPACKED };
 
 static float ggml_iq4_nl_dot(const block_iq4_nl *w, const block_q8_0 *y, int64_t nb, enum nl_order o)
 {
-	static const int8_t lv[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
 	float acc = 0, lanes[2][8] = { { 0 } };
 	const int64_t paired = o == NL_VEC_DOT ? nb & ~(int64_t)1 : nb;
 	for (int64_t b = 0; b < paired; b++) {
@@ -639,7 +642,7 @@ static float ggml_iq4_nl_dot(const block_iq4_nl *w, const block_q8_0 *y, int64_t
 		for (int l = 0; l < 8; l++) {
 			int s = 0;
 			for (int e = 4 * l; e < 4 * l + 4; e++)
-				s += lv[e < 16 ? w[b].qs[e] & 0xF : w[b].qs[e - 16] >> 4] * y[b].qs[e];
+				s += kvalues_iq4nl[e < 16 ? w[b].qs[e] & 0xF : w[b].qs[e - 16] >> 4] * y[b].qs[e];
 			float *lane = &lanes[o == NL_VEC_DOT ? b % 2 : 0][l];
 			*lane = fmaf(d, (float)s, *lane);
 			tot += s;
@@ -656,7 +659,7 @@ static float ggml_iq4_nl_dot(const block_iq4_nl *w, const block_q8_0 *y, int64_t
 		const int64_t b = paired;
 		int tot = 0;
 		for (int e = 0; e < 32; e++)
-			tot += lv[e < 16 ? w[b].qs[e] & 0xF : w[b].qs[e - 16] >> 4] * y[b].qs[e];
+			tot += kvalues_iq4nl[e < 16 ? w[b].qs[e] & 0xF : w[b].qs[e - 16] >> 4] * y[b].qs[e];
 		r += pg_f16_to_f32(w[b].d) * pg_f16_to_f32(y[b].d) * (float)tot; /* unfused */
 	}
 	return r;
@@ -1067,7 +1070,6 @@ END_TEST
 START_TEST(test_iq4_xs_order_is_ggml)
 {
 	save_isa();
-	static const int8_t lv[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
 	const int64_t n = 5, m = 3, nb = 3, k = nb * QK_K;
 	block_iq4_xs *W = malloc(sizeof(block_iq4_xs) * (size_t)(n * nb));
 	for (int64_t b = 0; b < n * nb; b++) {
@@ -1098,7 +1100,7 @@ START_TEST(test_iq4_xs_order_is_ggml)
 						const int sc = (((w->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
 								(((w->scales_h >> (2 * ib)) & 3) << 4)) - 32;
 						const uint8_t q = w->qs[16 * ib + c % 16];
-						ls[c / 4 % 8] += sc * lv[c < 16 ? q & 0xF : q >> 4] * y[i].qs[e];
+						ls[c / 4 % 8] += sc * kvalues_iq4nl[c < 16 ? q & 0xF : q >> 4] * y[i].qs[e];
 					}
 					const float d = pg_f16_to_f32(w->d) * y[i].d;
 					for (int l = 0; l < 8; l++)
@@ -1124,7 +1126,6 @@ END_TEST
  * threaded or not, raw random blocks, on every ISA. */
 static float ggml_iq4_xs_panel_dot(const block_iq4_xs *w, const block_q8_K *y, int64_t nb)
 {
-	static const int8_t lv[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
 	float acc = 0;
 	for (int64_t i = 0; i < nb; i++) {
 		int isum = 0;
@@ -1133,7 +1134,7 @@ static float ggml_iq4_xs_panel_dot(const block_iq4_xs *w, const block_q8_K *y, i
 			const int sc = (((w[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
 					(((w[i].scales_h >> (2 * ib)) & 3) << 4)) - 32;
 			const uint8_t q = w[i].qs[16 * ib + c % 16];
-			isum += sc * lv[c < 16 ? q & 0xF : q >> 4] * y[i].qs[e];
+			isum += sc * kvalues_iq4nl[c < 16 ? q & 0xF : q >> 4] * y[i].qs[e];
 		}
 		acc = fmaf((float)isum, pg_f16_to_f32(w[i].d) * y[i].d, acc);
 	}
