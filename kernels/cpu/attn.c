@@ -104,9 +104,9 @@ void pg_attn_chunk(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, 
 {
 	const struct pg_kern *k = pg_kern_get();
 	if (k == &pg_kern_avx512)
-		pg_attn_chunk_avx512(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo);
+		pg_attn_chunk_x86(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo, &pg_attn_chunk_avx512);
 	else if (k == &pg_kern_avx2)
-		pg_attn_chunk_x86(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo);
+		pg_attn_chunk_x86(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo, &pg_attn_chunk_avx2);
 	else
 		chunk_scalar(kv, n_pos, hd, scale, q, ldq, n_q, out, ldo);
 }

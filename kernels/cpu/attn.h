@@ -23,14 +23,37 @@
 typedef double (*pg_attn_softmax_fn)(float *x, int n, float max);
 
 
-/* The F16C/FMA bodies (attn_avx2.c). The one-chunk dot sums in the order of
- * llama.cpp's AVX-512 build, as the avx2 table's dot_f16 does. */
+/* The one-chunk kernel runs in blocks of PG_ATTN_CHUNK_POS positions, in
+ * three passes that each keep ggml's per-element arithmetic: all the
+ * block's scores (independent dots), then per query row the sequential
+ * online-softmax steps (scalar: the running max, libm expf, S), then the
+ * f16-rounded V sums with the accumulators in registers across the block.
+ * Done position by position instead, every step waited on the last one's
+ * dot, expf and f16 round trips: decode spent 5% of its time there. */
+#define PG_ATTN_CHUNK_POS 16
+/* Query rows one pass carries. */
+#define PG_ATTN_CHUNK_ROWS 16
+struct pg_attn_chunk_ops {
+	/* raw[r][t] for r < nr, t < PG_ATTN_CHUNK_POS (rows of
+	 * PG_ATTN_CHUNK_POS): ggml_vec_dot_f16 of llama.cpp's AVX-512 build
+	 * over the first hd & ~63 elements of kf[t] and qf[r] (rows of hd
+	 * floats): four 16-lane FMA chains, (a0 + a2) + (a1 + a3), then
+	 * _mm512_reduce_add_ps's tree. Rows t >= nt give any value. */
+	void (*scores)(const float *kf, int nt, const float *qf, int nr, int hd, float *raw);
+	/* For d < hd rounded down to a multiple of width, r < nr, t < nt in
+	 * order: acc[r][d] = f16(acc * ms[r][t]) where ms != 1 (ggml_vec_scale_f16),
+	 * then acc = f16(fma(v[t][d], vs[r][t], acc)) (ggml_vec_mad_f16).
+	 * acc rows of hd floats holding f16 values; ms, vs rows of
+	 * PG_ATTN_CHUNK_POS. */
+	void (*accumulate)(const pg_f16 *const *v, int nt, int hd, const float *ms, const float *vs, int nr,
+			   float *acc);
+	int width;
+};
+extern const struct pg_attn_chunk_ops pg_attn_chunk_avx2, pg_attn_chunk_avx512;
+/* The driver both x86 tables share (attn_avx2.c): the same bits from
+ * either set of ops. */
 void pg_attn_chunk_x86(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q,
-		       size_t ldq, int n_q, float *out, size_t ldo);
-/* The same on 512-bit vectors (attn_avx512.c): the same bits, fewer
- * instructions. */
-void pg_attn_chunk_avx512(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q,
-			  size_t ldq, int n_q, float *out, size_t ldo);
+		       size_t ldq, int n_q, float *out, size_t ldo, const struct pg_attn_chunk_ops *ops);
 /* The ISA-specific pieces of the tiled kernel. Scores: kq[r][j] = (FMA
  * chain over d of kt[d][j] * q[r][d]) * scale for r < nr (<= 4), j < nw (a
  * multiple of 16). Accumulate: acc[r] += sum over t < nt of kq[r][t] * v[t],

@@ -4,7 +4,8 @@
  * pieces for it, see attn.h).
  *
  * One-chunk (decode): the query rows of one GQA group walk the positions
- * together, so each K and V row is converted once for all of them.
+ * together, a block at a time (attn.h), so each K row is converted once
+ * for all of them and the V sums stay in registers across the block.
  * Tiled (prefill): a KV tile is converted to f32 once for every query row
  * of the task; q·k runs as broadcast-q FMAs across 8 positions at a time,
  * which is ggml's simd_gemm chain for each score.
@@ -20,17 +21,23 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Query rows one pass of the one-chunk kernel carries. */
-#define CHUNK_ROWS 16
+#define CPOS PG_ATTN_CHUNK_POS
+#define CROWS PG_ATTN_CHUNK_ROWS
 
 ALWAYS_INLINE __m256 ld_h(const pg_f16 *p)
 {
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-ALWAYS_INLINE void st_h(pg_f16 *p, __m256 v)
+/* x rounded to f16 and back: what storing to an f16 accumulator keeps */
+ALWAYS_INLINE __m256 rt_h(__m256 x)
 {
-	_mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+	return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+ALWAYS_INLINE float rt_h1(float x)
+{
+	return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
 }
 
 /* _mm512_reduce_add_ps's tree on the upper half's sum with the lower. */
@@ -42,58 +49,6 @@ ALWAYS_INLINE float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-/* ggml_vec_dot_f16 as llama.cpp's AVX-512 build sums it: four 16-lane
- * accumulators over steps of 64 (here as eight 8-lane halves; a[2j] and
- * a[2j+1] are accumulator j), reduced (a0 + a2) + (a1 + a3), then the
- * 16-lane tree; leftovers one by one in double. */
-ALWAYS_INLINE float dot_ggml(const float *k, const float *q, int hd)
-{
-	/* named accumulators: an array of them ends up on the stack */
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-	int i = 0;
-	for (; i + 64 <= hd; i += 64) {
-#define STEP(A, J) A = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8 * (J)), _mm256_loadu_ps(q + i + 8 * (J)), A)
-		STEP(a0, 0);
-		STEP(a1, 1);
-		STEP(a2, 2);
-		STEP(a3, 3);
-		STEP(a4, 4);
-		STEP(a5, 5);
-		STEP(a6, 6);
-		STEP(a7, 7);
-#undef STEP
-	}
-	const __m256 lo = _mm256_add_ps(_mm256_add_ps(a0, a4), _mm256_add_ps(a2, a6));
-	const __m256 hi = _mm256_add_ps(_mm256_add_ps(a1, a5), _mm256_add_ps(a3, a7));
-	const float v = hsum8(_mm256_add_ps(hi, lo));
-	if (i == hd)
-		return v;
-	double t = v;
-	for (; i < hd; i++)
-		t += (double)(k[i] * q[i]);
-	return (float)t;
-}
-
-/* acc = f16(f32(acc) * ms) then acc = f16(fma(v, vs, f32(acc))):
- * ggml_vec_scale_f16 and ggml_vec_mad_f16, one rounding each. */
-ALWAYS_INLINE void acc_update(pg_f16 *acc, const float *v, float ms, float vs, int hd, int rescale)
-{
-	const __m256 vms = _mm256_set1_ps(ms), vvs = _mm256_set1_ps(vs);
-	int i = 0;
-	for (; i + 8 <= hd; i += 8) {
-		__m256 a = ld_h(acc + i);
-		if (rescale)
-			a = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(a, vms), _MM_FROUND_TO_NEAREST_INT));
-		st_h(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vvs, a));
-	}
-	for (; i < hd; i++) {
-		float a = _cvtsh_ss(acc[i]);
-		if (rescale)
-			a = _cvtsh_ss(_cvtss_sh(a * ms, _MM_FROUND_TO_NEAREST_INT));
-		acc[i] = _cvtss_sh(fmaf(v[i], vs, a), _MM_FROUND_TO_NEAREST_INT);
-	}
-}
-
 ALWAYS_INLINE void to_f32(const pg_f16 *x, float *y, int n)
 {
 	int i = 0;
@@ -103,57 +58,230 @@ ALWAYS_INLINE void to_f32(const pg_f16 *x, float *y, int n)
 		y[i] = _cvtsh_ss(x[i]);
 }
 
-static void chunk_pass(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q, size_t ldq,
-		       int n_q, float *out, size_t ldo)
+/* ---- one chunk -------------------------------------------------------------- */
+
+/* One block's softmax steps for one query row, in position order, as
+ * ggml's one-chunk loop takes them; M and S carry over between blocks. */
+static void chunk_steps(const float *s, int nt, float *M, float *S, float *ms, float *vs)
 {
-	float qf[CHUNK_ROWS][PG_ATTN_MAX_HD] __attribute__((aligned(32)));
-	pg_f16 acc[CHUNK_ROWS][PG_ATTN_MAX_HD] __attribute__((aligned(32)));
-	float kf[PG_ATTN_MAX_HD] __attribute__((aligned(32))), vf[PG_ATTN_MAX_HD] __attribute__((aligned(32)));
-	float M[CHUNK_ROWS], S[CHUNK_ROWS];
+	float m = *M, sum = *S;
+	for (int t = 0; t < nt; t++) {
+		if (s[t] > m) {
+			ms[t] = expf(m - s[t]);
+			vs[t] = 1.0f;
+			m = s[t];
+		} else {
+			ms[t] = 1.0f;
+			vs[t] = expf(s[t] - m);
+		}
+		sum = fmaf(sum, ms[t], vs[t]); /* contracted in ggml's C++ (-ffp-contract=fast) */
+	}
+	*M = m;
+	*S = sum;
+}
+
+/* The elements past the ops' vector width, one at a time. */
+static void chunk_tail(const pg_f16 *const *v, int nt, int d0, int hd, const float *ms, const float *vs, int nr,
+		       float *acc)
+{
+	for (int r = 0; r < nr; r++)
+		for (int d = d0; d < hd; d++) {
+			float a = acc[(size_t)r * hd + d];
+			for (int t = 0; t < nt; t++) {
+				if (ms[r * CPOS + t] != 1.0f)
+					a = rt_h1(a * ms[r * CPOS + t]);
+				a = rt_h1(fmaf(_cvtsh_ss(v[t][d]), vs[r * CPOS + t], a));
+			}
+			acc[(size_t)r * hd + d] = a;
+		}
+}
+
+/* The K and V rows of the block at p0: the weights streamed since this
+ * layer's KV was written have pushed it out of the caches, and each row
+ * is a few lines a whole position apart, which the hardware prefetchers
+ * do not chase ahead of the loop (the loads were half of the driver's
+ * time). */
+ALWAYS_INLINE void prefetch_rows(const struct pg_attn_kv *kv, int p0, int n_pos, int hd)
+{
+	const int end = n_pos - p0 < CPOS ? n_pos : p0 + CPOS;
+	for (int p = p0; p < end; p++) {
+		const char *k = (const char *)pg_attn_row(kv->k, kv, p), *v = (const char *)pg_attn_row(kv->v, kv, p);
+		for (size_t b = 0; b < (size_t)hd * sizeof(pg_f16); b += 64) {
+			_mm_prefetch(k + b, _MM_HINT_T0);
+			_mm_prefetch(v + b, _MM_HINT_T0);
+		}
+	}
+}
+
+static void chunk_pass(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q, size_t ldq,
+		       int n_q, float *out, size_t ldo, const struct pg_attn_chunk_ops *ops)
+{
+	float qf[CROWS * PG_ATTN_MAX_HD] __attribute__((aligned(64)));
+	float acc[CROWS * PG_ATTN_MAX_HD] __attribute__((aligned(64)));
+	float kf[CPOS * PG_ATTN_MAX_HD] __attribute__((aligned(64)));
+	float sc[CROWS * CPOS], ms[CROWS * CPOS], vs[CROWS * CPOS], M[CROWS], S[CROWS];
+	const pg_f16 *vr[CPOS];
+	const int h64 = hd & ~63, hv = hd - hd % ops->width;
 	for (int r = 0; r < n_q; r++) {
 		/* the query as ggml's q_to_vec_dot leaves it: rounded to f16 */
 		for (int i = 0; i < hd; i++)
-			qf[r][i] = _cvtsh_ss(_cvtss_sh(q[r * ldq + i], _MM_FROUND_TO_NEAREST_INT));
-		memset(acc[r], 0, (size_t)hd * sizeof(pg_f16));
+			qf[r * hd + i] = rt_h1(q[r * ldq + i]);
 		M[r] = -INFINITY;
 		S[r] = 0.0f;
 	}
-	for (int p0 = 0; p0 < n_pos; p0 += kv->block_size) {
-		const pg_f16 *kb = kv->k[p0 / kv->block_size], *vb = kv->v[p0 / kv->block_size];
-		const int end = n_pos - p0 < kv->block_size ? n_pos - p0 : kv->block_size;
-		for (int i = 0; i < end; i++) {
-			to_f32(kb + (size_t)i * kv->stride, kf, hd);
-			to_f32(vb + (size_t)i * kv->stride, vf, hd);
-			for (int r = 0; r < n_q; r++) {
-				const float s = dot_ggml(kf, qf[r], hd) * scale;
-				float ms = 1.0f, vs = 1.0f;
-				int rescale = 0;
-				if (s > M[r]) {
-					ms = expf(M[r] - s);
-					M[r] = s;
-					rescale = 1;
-				} else {
-					vs = expf(s - M[r]);
-				}
-				acc_update(acc[r], vf, ms, vs, hd, rescale);
-				S[r] = fmaf(S[r], ms, vs); /* contracted in ggml's C++ (-ffp-contract=fast) */
-			}
+	memset(acc, 0, (size_t)n_q * hd * sizeof(float));
+	prefetch_rows(kv, 0, n_pos, hd);
+	for (int p0 = 0; p0 < n_pos; p0 += CPOS) {
+		const int nt = n_pos - p0 < CPOS ? n_pos - p0 : CPOS;
+		prefetch_rows(kv, p0 + CPOS, n_pos, hd);
+		for (int t = 0; t < nt; t++) {
+			to_f32(pg_attn_row(kv->k, kv, p0 + t), kf + (size_t)t * hd, hd);
+			vr[t] = pg_attn_row(kv->v, kv, p0 + t);
 		}
+		if (nt < CPOS) /* the scores of a short block read whole vectors of rows */
+			memset(kf + (size_t)nt * hd, 0, (size_t)(CPOS - nt) * hd * sizeof(float));
+		ops->scores(kf, nt, qf, n_q, hd, sc);
+		for (int r = 0; r < n_q; r++) {
+			float *s = sc + r * CPOS;
+			for (int t = 0; t < nt; t++) {
+				if (h64 != hd) { /* ggml_vec_dot_f16's leftovers, in double */
+					double d = s[t];
+					for (int i = h64; i < hd; i++)
+						d += (double)(kf[(size_t)t * hd + i] * qf[r * hd + i]);
+					s[t] = (float)d;
+				}
+				s[t] *= scale;
+			}
+			chunk_steps(s, nt, &M[r], &S[r], ms + r * CPOS, vs + r * CPOS);
+		}
+		ops->accumulate(vr, nt, hd, ms, vs, n_q, acc);
+		if (hv != hd)
+			chunk_tail(vr, nt, hv, hd, ms, vs, n_q, acc);
 	}
 	for (int r = 0; r < n_q; r++) {
 		const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
 		for (int i = 0; i < hd; i++)
-			out[r * ldo + i] = _cvtsh_ss(acc[r][i]) * inv;
+			out[r * ldo + i] = acc[r * hd + i] * inv;
 	}
 }
 
 void pg_attn_chunk_x86(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q, size_t ldq,
-		       int n_q, float *out, size_t ldo)
+		       int n_q, float *out, size_t ldo, const struct pg_attn_chunk_ops *ops)
 {
-	for (int r = 0; r < n_q; r += CHUNK_ROWS)
-		chunk_pass(kv, n_pos, hd, scale, q + (size_t)r * ldq, ldq, n_q - r < CHUNK_ROWS ? n_q - r : CHUNK_ROWS,
-			   out + (size_t)r * ldo, ldo);
+	for (int r = 0; r < n_q; r += CROWS)
+		chunk_pass(kv, n_pos, hd, scale, q + (size_t)r * ldq, ldq, n_q - r < CROWS ? n_q - r : CROWS,
+			   out + (size_t)r * ldo, ldo, ops);
 }
+
+/* The 16-lane sum of ggml_vec_dot_f16 (AVX-512 build) for 8 positions at
+ * once: per position the upper eight lanes' sum with the lower (the tree's
+ * first level), then the other three levels across positions, transposed,
+ * which pairs the same lanes as hsum8 would per position. */
+ALWAYS_INLINE __m256 dot8_f16(const float *kf, int hd, int h64, const float *q)
+{
+	__m256 t3[8];
+	#pragma GCC unroll 8
+	for (int t = 0; t < 8; t++) {
+		const float *k = kf + (size_t)t * hd;
+		/* named accumulators: a[2j], a[2j+1] are ggml's accumulator j */
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+		for (int i = 0; i < h64; i += 64) {
+#define STEP(A, J) A = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8 * (J)), _mm256_loadu_ps(q + i + 8 * (J)), A)
+			STEP(a0, 0);
+			STEP(a1, 1);
+			STEP(a2, 2);
+			STEP(a3, 3);
+			STEP(a4, 4);
+			STEP(a5, 5);
+			STEP(a6, 6);
+			STEP(a7, 7);
+#undef STEP
+		}
+		const __m256 lo = _mm256_add_ps(_mm256_add_ps(a0, a4), _mm256_add_ps(a2, a6));
+		const __m256 hi = _mm256_add_ps(_mm256_add_ps(a1, a5), _mm256_add_ps(a3, a7));
+		t3[t] = _mm256_add_ps(hi, lo);
+	}
+	__m256 t6[4], t8[2];
+	for (int i = 0; i < 4; i++) /* [position 2i | 2i+1], lanes l + (l + 4) */
+		t6[i] = _mm256_add_ps(_mm256_permute2f128_ps(t3[2 * i], t3[2 * i + 1], 0x20),
+				      _mm256_permute2f128_ps(t3[2 * i], t3[2 * i + 1], 0x31));
+	for (int i = 0; i < 2; i++) /* per half: (0 + 2, 1 + 3) of two positions */
+		t8[i] = _mm256_add_ps(_mm256_shuffle_ps(t6[2 * i], t6[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+				      _mm256_shuffle_ps(t6[2 * i], t6[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+	const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t8[0], t8[1], _MM_SHUFFLE(2, 0, 2, 0)),
+				       _mm256_shuffle_ps(t8[0], t8[1], _MM_SHUFFLE(3, 1, 3, 1)));
+	/* r holds positions 0 2 4 6 1 3 5 7 */
+	return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void chunk_scores8(const float *kf, int nt, const float *qf, int nr, int hd, float *raw)
+{
+	const int h64 = hd & ~63;
+	for (int r = 0; r < nr; r++)
+		for (int t0 = 0; t0 < nt; t0 += 8)
+			_mm256_storeu_ps(raw + r * CPOS + t0, dot8_f16(kf + (size_t)t0 * hd, hd, h64, qf + (size_t)r * hd));
+}
+
+/* nv vectors of 8 elements from d, nr rows (both constants per instance),
+ * accumulators in registers across the block's positions. */
+ALWAYS_INLINE void acc_rows8(const pg_f16 *const *v, int nt, int hd, int d, const int nv, const float *ms,
+			     const float *vs, const int nr, float *acc)
+{
+	__m256 a[2][4];
+	#pragma GCC unroll 2
+	for (int r = 0; r < nr; r++)
+		#pragma GCC unroll 4
+		for (int j = 0; j < nv; j++)
+			a[r][j] = _mm256_loadu_ps(acc + (size_t)r * hd + d + 8 * j);
+	for (int t = 0; t < nt; t++) {
+		__m256 x[4];
+		#pragma GCC unroll 4
+		for (int j = 0; j < nv; j++)
+			x[j] = ld_h(v[t] + d + 8 * j);
+		#pragma GCC unroll 2
+		for (int r = 0; r < nr; r++) {
+			const float m = ms[r * CPOS + t];
+			if (m != 1.0f)
+				#pragma GCC unroll 4
+				for (int j = 0; j < nv; j++)
+					a[r][j] = rt_h(_mm256_mul_ps(a[r][j], _mm256_set1_ps(m)));
+			const __m256 s = _mm256_set1_ps(vs[r * CPOS + t]);
+			#pragma GCC unroll 4
+			for (int j = 0; j < nv; j++)
+				a[r][j] = rt_h(_mm256_fmadd_ps(x[j], s, a[r][j]));
+		}
+	}
+	#pragma GCC unroll 2
+	for (int r = 0; r < nr; r++)
+		#pragma GCC unroll 4
+		for (int j = 0; j < nv; j++)
+			_mm256_storeu_ps(acc + (size_t)r * hd + d + 8 * j, a[r][j]);
+}
+
+static void chunk_accumulate8(const pg_f16 *const *v, int nt, int hd, const float *ms, const float *vs, int nr,
+			      float *acc)
+{
+	const int hv = hd & ~7;
+	for (int r = 0; r < nr; r += 2) {
+		const float *m = ms + r * CPOS, *s = vs + r * CPOS;
+		float *a = acc + (size_t)r * hd;
+		int d = 0;
+		if (r + 1 < nr) {
+			for (; d + 32 <= hv; d += 32)
+				acc_rows8(v, nt, hd, d, 4, m, s, 2, a);
+			for (; d < hv; d += 8)
+				acc_rows8(v, nt, hd, d, 1, m, s, 2, a);
+		} else {
+			for (; d + 32 <= hv; d += 32)
+				acc_rows8(v, nt, hd, d, 4, m, s, 1, a);
+			for (; d < hv; d += 8)
+				acc_rows8(v, nt, hd, d, 1, m, s, 1, a);
+		}
+	}
+}
+
+const struct pg_attn_chunk_ops pg_attn_chunk_avx2 = { chunk_scores8, chunk_accumulate8, 8 };
+
 
 /* ---- tiled ---------------------------------------------------------------- */
 

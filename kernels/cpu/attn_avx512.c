@@ -1,9 +1,9 @@
 /* kernels/cpu/attn_avx512.c — the avx512 table's attention pieces: the
  * tiled path's softmax as llama.cpp built for AVX-512 runs it (ggml's
  * 512-bit expf with vscalefps, one _mm512_reduce_add_ps per 16 scores), and
- * 512-bit bodies for the one-chunk kernel and the tiled score and V-sum
+ * 512-bit ops for the one-chunk kernel and the tiled score and V-sum
  * loops, which give the same bits as attn_avx2.c's with half the
- * instructions. The tiled driver is attn_avx2.c's (see attn.h).
+ * instructions. Both drivers are attn_avx2.c's (see attn.h).
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -26,116 +26,122 @@ static double softmax_avx512(float *x, int n, float max)
 }
 
 /* ---- one chunk, 512-bit ------------------------------------------------------
- * The same arithmetic as attn_avx2.c's chunk_pass (and the same bits), with
- * ggml's own 16-lane accumulators: half the instructions per row. */
+ * The ops of attn_avx2.c's one-chunk driver with ggml's own 16-lane
+ * accumulators: the same bits in half the instructions. */
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-#define CHUNK_ROWS 16
+#define CPOS PG_ATTN_CHUNK_POS
 
 ALWAYS_INLINE __m512 ld_h16(const pg_f16 *p)
 {
 	return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* ggml_vec_dot_f16, AVX-512: sum[j] over steps of 64, (s0 + s2) + (s1 + s3),
- * _mm512_reduce_add_ps; leftovers in double. */
-ALWAYS_INLINE float dot16(const float *k, const float *q, int hd)
+ALWAYS_INLINE __m512 rt_h16(__m512 x)
 {
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	int i = 0;
-	for (; i + 64 <= hd; i += 64) {
-		a0 = _mm512_fmadd_ps(_mm512_load_ps(k + i), _mm512_load_ps(q + i), a0);
-		a1 = _mm512_fmadd_ps(_mm512_load_ps(k + i + 16), _mm512_load_ps(q + i + 16), a1);
-		a2 = _mm512_fmadd_ps(_mm512_load_ps(k + i + 32), _mm512_load_ps(q + i + 32), a2);
-		a3 = _mm512_fmadd_ps(_mm512_load_ps(k + i + 48), _mm512_load_ps(q + i + 48), a3);
-	}
-	const float v = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
-	if (i == hd)
-		return v;
-	double t = v;
-	for (; i < hd; i++)
-		t += (double)(k[i] * q[i]);
-	return (float)t;
+	return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
 }
 
-ALWAYS_INLINE void acc_update16(pg_f16 *acc, const float *v, float ms, float vs, int hd, int rescale)
+/* ggml_vec_dot_f16 (AVX-512) for 16 positions: per position
+ * (a0 + a2) + (a1 + a3), then _mm512_reduce_add_ps's tree (upper half +
+ * lower, then 4 lanes apart, 2, 1) across positions, transposed. */
+static void chunk_scores16(const float *kf, int nt, const float *qf, int nr, int hd, float *raw)
 {
-	const __m512 vms = _mm512_set1_ps(ms), vvs = _mm512_set1_ps(vs);
-	int i = 0;
-	for (; i + 16 <= hd; i += 16) {
-		__m512 a = ld_h16(acc + i);
-		if (rescale)
-			a = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(a, vms), _MM_FROUND_TO_NEAREST_INT));
-		_mm256_storeu_si256((__m256i *)(acc + i),
-				    _mm512_cvtps_ph(_mm512_fmadd_ps(_mm512_load_ps(v + i), vvs, a), _MM_FROUND_TO_NEAREST_INT));
-	}
-	for (; i < hd; i++) {
-		float a = _cvtsh_ss(acc[i]);
-		if (rescale)
-			a = _cvtsh_ss(_cvtss_sh(a * ms, _MM_FROUND_TO_NEAREST_INT));
-		acc[i] = _cvtss_sh(fmaf(v[i], vs, a), _MM_FROUND_TO_NEAREST_INT);
-	}
-}
-
-ALWAYS_INLINE void to_f32_16(const pg_f16 *x, float *y, int n)
-{
-	int i = 0;
-	for (; i + 16 <= n; i += 16)
-		_mm512_store_ps(y + i, ld_h16(x + i));
-	for (; i < n; i++)
-		y[i] = _cvtsh_ss(x[i]);
-}
-
-static void chunk_pass16(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q, size_t ldq,
-			 int n_q, float *out, size_t ldo)
-{
-	float qf[CHUNK_ROWS][PG_ATTN_MAX_HD] __attribute__((aligned(64)));
-	pg_f16 acc[CHUNK_ROWS][PG_ATTN_MAX_HD] __attribute__((aligned(64)));
-	float kf[PG_ATTN_MAX_HD] __attribute__((aligned(64))), vf[PG_ATTN_MAX_HD] __attribute__((aligned(64)));
-	float M[CHUNK_ROWS], S[CHUNK_ROWS];
-	for (int r = 0; r < n_q; r++) {
-		for (int i = 0; i < hd; i++)
-			qf[r][i] = _cvtsh_ss(_cvtss_sh(q[r * ldq + i], _MM_FROUND_TO_NEAREST_INT));
-		memset(acc[r], 0, (size_t)hd * sizeof(pg_f16));
-		M[r] = -INFINITY;
-		S[r] = 0.0f;
-	}
-	for (int p0 = 0; p0 < n_pos; p0 += kv->block_size) {
-		const pg_f16 *kb = kv->k[p0 / kv->block_size], *vb = kv->v[p0 / kv->block_size];
-		const int end = n_pos - p0 < kv->block_size ? n_pos - p0 : kv->block_size;
-		for (int i = 0; i < end; i++) {
-			to_f32_16(kb + (size_t)i * kv->stride, kf, hd);
-			to_f32_16(vb + (size_t)i * kv->stride, vf, hd);
-			for (int r = 0; r < n_q; r++) {
-				const float s = dot16(kf, qf[r], hd) * scale;
-				float ms = 1.0f, vs = 1.0f;
-				int rescale = 0;
-				if (s > M[r]) {
-					ms = expf(M[r] - s);
-					M[r] = s;
-					rescale = 1;
-				} else {
-					vs = expf(s - M[r]);
-				}
-				acc_update16(acc[r], vf, ms, vs, hd, rescale);
-				S[r] = fmaf(S[r], ms, vs); /* contracted in ggml's C++ (-ffp-contract=fast) */
+	(void)nt;
+	const int h64 = hd & ~63;
+	const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+	for (int r = 0; r < nr; r++) {
+		const float *q = qf + (size_t)r * hd;
+		__m512 h[CPOS];
+		#pragma GCC unroll 16
+		for (int t = 0; t < CPOS; t++) {
+			const float *k = kf + (size_t)t * hd;
+			__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+			for (int i = 0; i < h64; i += 64) {
+				a0 = _mm512_fmadd_ps(_mm512_loadu_ps(k + i), _mm512_loadu_ps(q + i), a0);
+				a1 = _mm512_fmadd_ps(_mm512_loadu_ps(k + i + 16), _mm512_loadu_ps(q + i + 16), a1);
+				a2 = _mm512_fmadd_ps(_mm512_loadu_ps(k + i + 32), _mm512_loadu_ps(q + i + 32), a2);
+				a3 = _mm512_fmadd_ps(_mm512_loadu_ps(k + i + 48), _mm512_loadu_ps(q + i + 48), a3);
 			}
+			h[t] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+		}
+		__m512 t3[8], t6[4], t8[2];
+		for (int i = 0; i < 8; i++) /* [2i's lanes l + (l + 8) | 2i+1's] */
+			t3[i] = _mm512_add_ps(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+					      _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+		for (int i = 0; i < 4; i++) /* quarter j: position 4i + j, lanes l + (l + 4) */
+			t6[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t3[2 * i], t3[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+					      _mm512_shuffle_f32x4(t3[2 * i], t3[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+		for (int i = 0; i < 2; i++)
+			t8[i] = _mm512_add_ps(_mm512_shuffle_ps(t6[2 * i], t6[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+					      _mm512_shuffle_ps(t6[2 * i], t6[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+		/* lane 4j + e: position 4e + j */
+		const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(t8[0], t8[1], _MM_SHUFFLE(2, 0, 2, 0)),
+					       _mm512_shuffle_ps(t8[0], t8[1], _MM_SHUFFLE(3, 1, 3, 1)));
+		_mm512_storeu_ps(raw + r * CPOS, _mm512_permutexvar_ps(order, s));
+	}
+}
+
+ALWAYS_INLINE void acc_rows16(const pg_f16 *const *v, int nt, int hd, int d, const int nv, const float *ms,
+			      const float *vs, const int nr, float *acc)
+{
+	__m512 a[4][4];
+	#pragma GCC unroll 4
+	for (int r = 0; r < nr; r++)
+		#pragma GCC unroll 4
+		for (int j = 0; j < nv; j++)
+			a[r][j] = _mm512_loadu_ps(acc + (size_t)r * hd + d + 16 * j);
+	for (int t = 0; t < nt; t++) {
+		__m512 x[4];
+		#pragma GCC unroll 4
+		for (int j = 0; j < nv; j++)
+			x[j] = ld_h16(v[t] + d + 16 * j);
+		#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++) {
+			const float m = ms[r * CPOS + t];
+			if (m != 1.0f)
+				#pragma GCC unroll 4
+				for (int j = 0; j < nv; j++)
+					a[r][j] = rt_h16(_mm512_mul_ps(a[r][j], _mm512_set1_ps(m)));
+			const __m512 s = _mm512_set1_ps(vs[r * CPOS + t]);
+			#pragma GCC unroll 4
+			for (int j = 0; j < nv; j++)
+				a[r][j] = rt_h16(_mm512_fmadd_ps(x[j], s, a[r][j]));
 		}
 	}
-	for (int r = 0; r < n_q; r++) {
-		const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
-		for (int i = 0; i < hd; i++)
-			out[r * ldo + i] = _cvtsh_ss(acc[r][i]) * inv;
+	#pragma GCC unroll 4
+	for (int r = 0; r < nr; r++)
+		#pragma GCC unroll 4
+		for (int j = 0; j < nv; j++)
+			_mm512_storeu_ps(acc + (size_t)r * hd + d + 16 * j, a[r][j]);
+}
+
+#define ACC_ROWS16(NR)                                                                              \
+	do {                                                                                         \
+		int d = 0;                                                                           \
+		for (; d + 64 <= hv; d += 64)                                                        \
+			acc_rows16(v, nt, hd, d, 4, m, s, NR, a);                                    \
+		for (; d < hv; d += 16)                                                              \
+			acc_rows16(v, nt, hd, d, 1, m, s, NR, a);                                    \
+	} while (0)
+
+static void chunk_accumulate16(const pg_f16 *const *v, int nt, int hd, const float *ms, const float *vs, int nr,
+			       float *acc)
+{
+	const int hv = hd & ~15;
+	for (int r = 0; r < nr; r += 4) {
+		const float *m = ms + r * CPOS, *s = vs + r * CPOS;
+		float *a = acc + (size_t)r * hd;
+		switch (nr - r) {
+		case 1: ACC_ROWS16(1); break;
+		case 2: ACC_ROWS16(2); break;
+		case 3: ACC_ROWS16(3); break;
+		default: ACC_ROWS16(4); break;
+		}
 	}
 }
 
-void pg_attn_chunk_avx512(const struct pg_attn_kv *kv, int n_pos, int hd, float scale, const float *q,
-			  size_t ldq, int n_q, float *out, size_t ldo)
-{
-	for (int r = 0; r < n_q; r += CHUNK_ROWS)
-		chunk_pass16(kv, n_pos, hd, scale, q + (size_t)r * ldq, ldq, n_q - r < CHUNK_ROWS ? n_q - r : CHUNK_ROWS,
-			     out + (size_t)r * ldo, ldo);
-}
+const struct pg_attn_chunk_ops pg_attn_chunk_avx512 = { chunk_scores16, chunk_accumulate16, 16 };
 
 /* ---- tiled, 512-bit ------------------------------------------------------- */
 

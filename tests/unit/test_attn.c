@@ -420,19 +420,18 @@ static const int hds[] = { 64, 128, 80 };
 #define GROUP 4
 #define N_HEAD_KV 2
 
-/* Cases: one token at position len-1 (one-chunk), or len tokens after a
- * prefix of `prefix` positions (tiled). */
-START_TEST(test_chunk_matches_ggml)
+/* One token at position len-1 (one-chunk) for a GQA group of `group`
+ * query rows, against ggml's loop, in every ISA this CPU runs. */
+static void check_chunk(int hd, int len, int group)
 {
-	const int hd = hds[_i % 3], len = lens[_i / 3];
 	struct cache c;
 	fill_cache(&c, len + 37, hd, N_HEAD_KV); /* positions past the query: masked */
 	struct paged p;
 	page(&c, &p);
 	const float scale = 1.0f / sqrtf((float)hd);
-	float *q = malloc((size_t)GROUP * hd * 4), *got = malloc((size_t)GROUP * hd * 4),
-	      *want = malloc((size_t)GROUP * hd * 4);
-	for (int i = 0; i < GROUP * hd; i++)
+	float *q = malloc((size_t)group * hd * 4), *got = malloc((size_t)group * hd * 4),
+	      *want = malloc((size_t)group * hd * 4);
+	for (int i = 0; i < group * hd; i++)
 		q[i] = grand();
 	const char *saved = pg_cpu_isa();
 	int tested = 0;
@@ -443,10 +442,10 @@ START_TEST(test_chunk_matches_ggml)
 		for (int kvh = 0; kvh < N_HEAD_KV; kvh++) {
 			struct pg_attn_kv kv = { p.kb + kvh * p.nb, p.vb + kvh * p.nb, BS,
 						 (size_t)N_HEAD_KV * hd };
-			pg_attn_chunk(&kv, len, hd, scale, q, hd, GROUP, got, hd);
-			for (int r = 0; r < GROUP; r++)
+			pg_attn_chunk(&kv, len, hd, scale, q, hd, group, got, hd);
+			for (int r = 0; r < group; r++)
 				ref_one_chunk(isa, &c, kvh, q + r * hd, len - 1, scale, want + r * hd);
-			ck_assert_int_eq(n_mismatch(got, want, (size_t)GROUP * hd, "one-chunk", isa, len, hd), 0);
+			ck_assert_int_eq(n_mismatch(got, want, (size_t)group * hd, "one-chunk", isa, len, hd), 0);
 		}
 	}
 	ck_assert_int_gt(tested, 0);
@@ -457,6 +456,22 @@ START_TEST(test_chunk_matches_ggml)
 	unpage(&p);
 	free(c.k);
 	free(c.v);
+}
+
+START_TEST(test_chunk_matches_ggml)
+{
+	check_chunk(hds[_i % 3], lens[_i / 3], GROUP);
+}
+END_TEST
+
+/* The kernels take blocks of positions and groups of rows (4 at a time on
+ * 512 bits, 2 on 256, 16 a pass): odd group sizes, more rows than a pass,
+ * head sizes with no whole 64 (the dot's leftovers) or no whole vector
+ * (the V sum's scalar tail). */
+START_TEST(test_chunk_shapes)
+{
+	static const int groups[] = { 1, 3, 6, 17 }, shd[] = { 64, 32, 72, 128 }, slen[] = { 40, 17, 33, 90 };
+	check_chunk(shd[_i % 4], slen[_i % 4], groups[_i / 4]);
 }
 END_TEST
 
@@ -548,6 +563,7 @@ static Suite *attn_suite(void)
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_chunk_matches_ggml, 0, 18);
+	tcase_add_loop_test(tc, test_chunk_shapes, 0, 16);
 	tcase_add_loop_test(tc, test_tiled_matches_ggml, 0, 36);
 	tcase_add_test(tc, test_paths_agree_roughly);
 	suite_add_tcase(s, tc);
