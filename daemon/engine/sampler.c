@@ -71,13 +71,30 @@ void sampler_free(struct sampler *s)
 	s->val = NULL;
 }
 
+/* The first index of the largest logit, NaNs never chosen (unless the
+ * first one is NaN: a plain scan keeps index 0 then). Two passes instead
+ * of one chained on logits[best]: eight independent maxima vectorise and
+ * a vocabulary of 32000 takes a few microseconds, not a hundred. */
 int32_t sampler_argmax(const float *logits, int n)
 {
-	int32_t best = 0;
-	for (int i = 1; i < n; i++)
-		if (logits[i] > logits[best])
-			best = i;
-	return best;
+	if (n <= 0 || isnan(logits[0]))
+		return 0;
+	float m[8];
+	for (int j = 0; j < 8; j++)
+		m[j] = logits[0];
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			m[j] = logits[i + j] > m[j] ? logits[i + j] : m[j];
+	for (; i < n; i++)
+		m[0] = logits[i] > m[0] ? logits[i] : m[0];
+	float best = m[0];
+	for (int j = 1; j < 8; j++)
+		best = m[j] > best ? m[j] : best;
+	for (i = 0; i < n; i++)
+		if (logits[i] == best)
+			break;
+	return i;
 }
 
 /* llama.cpp's repetition penalty: each distinct recent token once. */

@@ -37,6 +37,7 @@ struct fwd_ctx {
 	struct pg_pool *pool;
 	int max_tokens, n_ctx, n_threads;
 	float *x, *xn, *q, *k, *v, *att, *gate, *up, *out_rows;
+	float *rope_cs; /* per token of the step: cos, sin of each rotated pair */
 	/* attention */
 	struct attn_task *tasks; /* max_tokens x n_head_kv */
 	int *tok_order;          /* the batch's tokens grouped by sequence */
@@ -86,6 +87,7 @@ struct fwd_ctx *fwd_ctx_create(const struct model *m, int max_tokens, int n_ctx,
 	c->att = xalloc(T * q_dim * sizeof(float));
 	c->gate = xalloc(T * hp->n_ff * sizeof(float));
 	c->up = xalloc(T * hp->n_ff * sizeof(float));
+	c->rope_cs = xalloc(T * (size_t)hp->rope_dim * sizeof(float));
 	c->tasks = calloc(T * hp->n_head_kv, sizeof *c->tasks);
 	c->tok_order = calloc(T, sizeof *c->tok_order);
 	c->seq_start = calloc(T + 1, sizeof *c->seq_start);
@@ -99,7 +101,7 @@ struct fwd_ctx *fwd_ctx_create(const struct model *m, int max_tokens, int n_ctx,
 		ord_ok = ord_ok && ords[i]->tb && ords[i]->g4 && ords[i]->p8;
 	}
 	if (!ord_ok || !c->x || !c->xn || !c->out_rows || !c->q || !c->k || !c->v || !c->att || !c->gate ||
-	    !c->up || !c->tasks || !c->tok_order || !c->seq_start || !c->scr) {
+	    !c->up || !c->rope_cs || !c->tasks || !c->tok_order || !c->seq_start || !c->scr) {
 		fwd_ctx_free(c);
 		return NULL;
 	}
@@ -131,6 +133,7 @@ void fwd_ctx_free(struct fwd_ctx *c)
 	free(c->att);
 	free(c->gate);
 	free(c->up);
+	free(c->rope_cs);
 	for (int i = 0; c->scr && i < c->n_threads; i++) {
 		free(c->scr[i].q);
 		free(c->scr[i].out);
@@ -212,13 +215,14 @@ static void add_bias(float *y, const float *b, int n_tokens, int dim)
 }
 
 /* ggml_rope_ext with ext_factor 0 and attn_factor 1: theta advances by
- * repeated float multiplication, exactly as ggml builds its cache. */
-static void rope(const struct model *m, float *x, int n_heads, int pos)
+ * repeated float multiplication, exactly as ggml builds its cache. The
+ * table depends on the position alone, so a step builds it once per token
+ * for every layer's Q and K. */
+static void rope_table(const struct model *m, int pos, float *cs)
 {
 	const struct model_hparams *hp = &m->hp;
-	const int nd = hp->rope_dim, hd = hp->head_dim;
+	const int nd = hp->rope_dim;
 	const float theta_scale = powf(hp->rope_base, -2.0f / nd);
-	float cs[2 * 512];
 	float theta = (float)pos;
 	for (int i0 = 0; i0 < nd; i0 += 2) {
 		float ff = m->rope_freqs ? m->rope_freqs[i0 / 2] : 1.0f;
@@ -227,6 +231,12 @@ static void rope(const struct model *m, float *x, int n_heads, int pos)
 		cs[i0 + 1] = sinf(th);
 		theta *= theta_scale;
 	}
+}
+
+static void rope(const struct model *m, float *x, int n_heads, const float *cs)
+{
+	const struct model_hparams *hp = &m->hp;
+	const int nd = hp->rope_dim, hd = hp->head_dim;
 	for (int h = 0; h < n_heads; h++) {
 		float *v = x + (size_t)h * hd;
 		for (int i0 = 0; i0 < nd; i0 += 2) {
@@ -457,8 +467,9 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 	for (int t = 0; t < n; t++) {
 		float *q = c->q + (size_t)t * q_dim, *k = c->k + (size_t)t * kv_dim;
 		const struct kv_seq *s = b->seqs[b->seq[t]];
-		rope(m, q, hp->n_head, b->pos[t]);
-		rope(m, k, hp->n_head_kv, b->pos[t]);
+		const float *cs = c->rope_cs + (size_t)t * hp->rope_dim;
+		rope(m, q, hp->n_head, cs);
+		rope(m, k, hp->n_head_kv, cs);
 		pg_f32_to_f16_row(k, kv_k_row(kv, s, l, b->pos[t]), kv_dim);
 		pg_f32_to_f16_row(c->v + (size_t)t * kv_dim, kv_v_row(kv, s, l, b->pos[t]), kv_dim);
 	}
@@ -509,6 +520,8 @@ int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, 
 	}
 	if (attn_reserve(c, kv))
 		return -ENOMEM;
+	for (int t = 0; t < b->n; t++)
+		rope_table(m, b->pos[t], c->rope_cs + (size_t)t * hp->rope_dim);
 	const int n_tasks = attn_plan(m, c, b);
 	plan_order(c, b);
 	for (int l = 0; l < hp->n_layer; l++) {

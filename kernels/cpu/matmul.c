@@ -112,16 +112,19 @@ static void quant_job(void *a, int ith, int nth)
 }
 
 /* A range of n units in chunks of ch, except that for decode-sized
- * batches the last quarter goes in chunks of a quarter of that (whole
- * multiples of al): whoever takes the last chunk keeps the other thread
- * waiting at the join for less. */
+ * batches the last quarter is handed out in shrinking chunks: a quarter
+ * of ch while they cover half of what is left, then half that, down to
+ * al units (whole multiples of al throughout). Whoever takes the last
+ * chunk keeps the other thread waiting at the join for at most al units.
+ * The spans follow from the chunk index alone, so one atomic counter
+ * hands them out. */
 struct chunking {
-	int64_t n, ch, small, nbig;
+	int64_t n, ch, small, nbig, al;
 };
 
 static struct chunking chunking(int64_t n, int64_t ch, int64_t m, int64_t al)
 {
-	struct chunking k = { n, ch, ch, 0 };
+	struct chunking k = { n, ch, ch, 0, al };
 	if (m > PG_MAX_NR)
 		return k;
 	k.small = (ch / 4 + al - 1) / al * al;
@@ -131,18 +134,46 @@ static struct chunking chunking(int64_t n, int64_t ch, int64_t m, int64_t al)
 	return k;
 }
 
+/* Walks the tail's levels: chunk c's span, or with c < 0 the count. */
+static int64_t chunk_walk(struct chunking k, int64_t c, int64_t *lo, int64_t *hi)
+{
+	if (c >= 0 && c < k.nbig) {
+		*lo = c * k.ch;
+		*hi = *lo + k.ch < k.n ? *lo + k.ch : k.n;
+		return 0;
+	}
+	int64_t at = k.nbig * k.ch, idx = k.nbig, sz = k.small;
+	const bool shrink = k.small < k.ch;
+	while (at < k.n) {
+		const int64_t rest = k.n - at;
+		if (shrink && sz > k.al && rest / 2 < sz) {
+			sz = sz / 2 / k.al * k.al;
+			if (sz < k.al)
+				sz = k.al;
+			continue;
+		}
+		/* half of the rest, or all of it at the last size */
+		const int64_t cnt = shrink && sz > k.al ? rest / 2 / sz : (rest + sz - 1) / sz;
+		if (c >= idx && c < idx + cnt) {
+			*lo = at + (c - idx) * sz;
+			*hi = *lo + sz < k.n ? *lo + sz : k.n;
+			return 0;
+		}
+		idx += cnt;
+		at += cnt * sz;
+	}
+	return idx;
+}
+
 static int64_t chunk_count(struct chunking k)
 {
-	const int64_t rest = k.n - k.nbig * k.ch;
-	return k.nbig + (rest + k.small - 1) / k.small;
+	int64_t lo, hi;
+	return chunk_walk(k, -1, &lo, &hi);
 }
 
 static void chunk_span(struct chunking k, int64_t c, int64_t *lo, int64_t *hi)
 {
-	*lo = c < k.nbig ? c * k.ch : k.nbig * k.ch + (c - k.nbig) * k.small;
-	*hi = *lo + (c < k.nbig ? k.ch : k.small);
-	if (*hi > k.n)
-		*hi = k.n;
+	chunk_walk(k, c, lo, hi);
 }
 
 static struct chunking mm_chunking(const struct mm_job *j)
