@@ -1,17 +1,39 @@
-/* bench/mm_decode.c — the matmuls of one decode token of a GGUF (every
- * layer's seven and the output), on the model's own mapped (or repacked)
- * weights, nothing else: what the kernels alone allow decode to reach.
+/* bench/mm_decode.c — where a decode token's memory time goes: the
+ * matmuls of one token of a GGUF (every layer's seven and the output, on
+ * the model's own mapped or repacked weights) set against two plain reads
+ * through the same pool, alternating so that all three see the same
+ * machine:
  *
- *   cc -O2 -I. -o build/mm_decode bench/mm_decode.c build/libpagoda-engine.a \
+ *   probe    a 1 GiB buffer split once between the threads (bench/membw);
+ *   read     the same weights, matrix by matrix, each split between the
+ *            threads and joined as the matmuls are: what the token's
+ *            access pattern and joins allow with no arithmetic at all;
+ *   matmuls  the kernels on those weights, activations quantized as the
+ *            engine does.
+ *
+ * read / probe is what the 155 short jobs cost; matmuls / read what the
+ * kernels cost on top. Prints medians and the median of per-round ratios.
+ *
+ *   cc -O2 -march=native -I. -o build/mm_decode bench/mm_decode.c build/libpagoda-engine.a \
  *      $(pkg-config --libs libpcre2-8 libxxhash) -lm -pthread
- *   build/mm_decode MODEL.gguf THREADS [REPS]
+ *   build/mm_decode MODEL.gguf THREADS [ROUNDS]
  */
 #include "daemon/model/model.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
+
+#define PROBE_BYTES ((size_t)1 << 30)
+
+static volatile uint64_t sink; /* keeps the reads */
 
 static double now(void)
 {
@@ -26,10 +48,77 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return v[n / 2];
+}
+
+struct span {
+	const uint64_t *p;
+	size_t words;
+	uint64_t sink[64]; /* one slot per thread, 8 apart: no shared lines */
+};
+
+/* bench/membw.c's loop: four independent xor chains of vectors where the
+ * build has AVX2 (the bench builds this with -march=native, as membw). */
+static uint64_t read_words(const uint64_t *p, size_t n)
+{
+	size_t i = 0;
+	uint64_t r = 0;
+#if defined(__AVX2__)
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+	for (; i + 16 <= n; i += 16) {
+		a0 = _mm256_xor_si256(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+		a1 = _mm256_xor_si256(a1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
+		a2 = _mm256_xor_si256(a2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
+		a3 = _mm256_xor_si256(a3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
+	}
+	a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+	uint64_t l[4];
+	_mm256_storeu_si256((__m256i *)l, a0);
+	r = l[0] ^ l[1] ^ l[2] ^ l[3];
+#else
+	uint64_t r1 = 0, r2 = 0, r3 = 0;
+	for (; i + 4 <= n; i += 4) {
+		r ^= p[i];
+		r1 ^= p[i + 1];
+		r2 ^= p[i + 2];
+		r3 ^= p[i + 3];
+	}
+	r ^= r1 ^ r2 ^ r3;
+#endif
+	for (; i < n; i++)
+		r ^= p[i];
+	return r;
+}
+
+static void read_job(void *a, int ith, int nth)
+{
+	struct span *s = a;
+	const size_t per = s->words / (size_t)nth;
+	const size_t n = ith == nth - 1 ? s->words - per * (size_t)ith : per;
+	s->sink[(ith * 8) % 64] ^= read_words(s->p + per * (size_t)ith, n);
+}
+
+/* What a matrix streams: the internal types' bytes are their file type's
+ * (Q4_K_X8's repacked groups excepted, which pg_wrow_bytes knows). */
+static size_t weight_bytes(const struct model_weight *w)
+{
+	uint32_t t = w->type;
+	if (t == PG_TYPE_Q8_0_S127)
+		t = PG_TYPE_Q8_0;
+	else if (t == PG_TYPE_Q4_0_X8)
+		t = PG_TYPE_Q4_0;
+	else if (t == PG_TYPE_IQ4_NL_X8)
+		t = PG_TYPE_IQ4_NL;
+	return pg_wrow_bytes(t, w->cols) * (size_t)w->rows;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s MODEL.gguf THREADS [REPS]\n", argv[0]);
+		fprintf(stderr, "usage: %s MODEL.gguf THREADS [ROUNDS]\n", argv[0]);
 		return 2;
 	}
 	struct model *m;
@@ -38,31 +127,79 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
-	const int reps = argc > 3 ? atoi(argv[3]) : 8;
-	struct pg_pool *p = pg_pool_create(atoi(argv[2]));
-	const int64_t wide = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
-	float *X = malloc(sizeof(float) * (size_t)wide), *Y = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+	const int rounds = argc > 3 && atoi(argv[3]) > 0 ? atoi(argv[3]) : 9;
+	struct pg_pool *pool = pg_pool_create(atoi(argv[2]));
+	const struct model_weight *w[7 * 256 + 1];
+	int nw = 0;
+	for (int l = 0; l < m->hp.n_layer && l < 256; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct model_weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		for (int i = 0; i < 7; i++)
+			w[nw++] = lw[i];
+	}
+	w[nw++] = &m->output;
+	double bytes = 0;
+	int64_t wide = 0;
+	for (int i = 0; i < nw; i++) {
+		bytes += (double)weight_bytes(w[i]);
+		wide = w[i]->rows > wide ? w[i]->rows : wide;
+		wide = w[i]->cols > wide ? w[i]->cols : wide;
+	}
+	float *X = malloc(sizeof(float) * (size_t)wide), *Y = malloc(sizeof(float) * (size_t)wide);
+	uint64_t *buf = aligned_alloc(2u << 20, PROBE_BYTES); /* on 2 MiB pages, as the weights */
+	if (buf)
+		madvise(buf, PROBE_BYTES, MADV_HUGEPAGE);
+	double *probe = calloc((size_t)rounds, sizeof(double)), *rd = calloc((size_t)rounds, sizeof(double));
+	double *mm = calloc((size_t)rounds, sizeof(double)), *r_rd = calloc((size_t)rounds, sizeof(double));
+	double *r_mm = calloc((size_t)rounds, sizeof(double)), *r_kern = calloc((size_t)rounds, sizeof(double));
+	if (!X || !Y || !buf || !probe || !rd || !mm || !r_rd || !r_mm || !r_kern) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
 	srand(3);
 	for (int64_t i = 0; i < wide; i++)
 		X[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-	double *ts = calloc((size_t)reps, sizeof(double));
-	for (int r = 0; r < reps; r++) {
+	for (size_t i = 0; i < PROBE_BYTES / 8; i++)
+		buf[i] = i * 0x9e3779b97f4a7c15ull;
+	uint64_t check = 0;
+	for (int r = 0; r < rounds; r++) {
+		struct span s = { buf, PROBE_BYTES / 8, { 0 } };
 		double t = now();
-		for (int l = 0; l < m->hp.n_layer; l++) {
-			const struct model_layer *L = &m->layers[l];
-			const struct model_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-			for (int w = 0; w < 7; w++)
-				pg_matmul(p, ws[w]->data, ws[w]->type, ws[w]->rows, ws[w]->cols, X, 1, Y, ws[w]->rows);
+		pg_pool_run(pool, read_job, &s);
+		probe[r] = (double)PROBE_BYTES / (now() - t) / 1e9;
+		t = now();
+		for (int i = 0; i < nw; i++) {
+			struct span ws = { w[i]->data, weight_bytes(w[i]) / 8, { 0 } };
+			pg_pool_run(pool, read_job, &ws);
+			check ^= ws.sink[0];
 		}
-		pg_matmul(p, m->output.data, m->output.type, m->output.rows, m->output.cols, X, 1, Y, m->output.rows);
-		t = now() - t;
-		ts[r] = t;
+		rd[r] = bytes / (now() - t) / 1e9;
+		t = now();
+		for (int i = 0; i < nw; i++)
+			pg_matmul(pool, w[i]->data, w[i]->type, w[i]->rows, w[i]->cols, X, 1, Y, w[i]->rows);
+		mm[r] = bytes / (now() - t) / 1e9;
+		r_rd[r] = rd[r] / probe[r];
+		r_mm[r] = mm[r] / probe[r];
+		r_kern[r] = mm[r] / rd[r];
+		check ^= s.sink[0];
 	}
-	qsort(ts, (size_t)reps, sizeof(double), cmp_double);
-	printf("matmuls of one decode token: best %.2f ms = %.1f tok/s, median %.2f ms = %.1f tok/s\n", ts[0] * 1e3,
-	       1 / ts[0], ts[reps / 2] * 1e3, 1 / ts[reps / 2]);
-	free(ts);
-	pg_pool_destroy(p);
+	printf("one decode token's weights, %.3f GB in %d matrices, %d rounds (GB/s, median):\n", bytes / 1e9, nw,
+	       rounds);
+	printf("  probe %.1f | read matrix by matrix %.1f | matmuls %.1f (%.1f tok/s)\n", median(probe, rounds),
+	       median(rd, rounds), median(mm, rounds), median(mm, rounds) * 1e9 / bytes);
+	printf("  paired: read/probe %.3f, matmuls/probe %.3f, matmuls/read %.3f\n", median(r_rd, rounds),
+	       median(r_mm, rounds), median(r_kern, rounds));
+	sink = check;
+	free(X);
+	free(Y);
+	free(buf);
+	free(probe);
+	free(rd);
+	free(mm);
+	free(r_rd);
+	free(r_mm);
+	free(r_kern);
+	pg_pool_destroy(pool);
 	model_free(m);
 	return 0;
 }

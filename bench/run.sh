@@ -299,6 +299,17 @@ for M in "$M8" "$M4"; do
 	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt gen_over_run=$rg bw_frac_paired=${pfrac:-NA}" >>"$SUMMARY"
 done
 
+# ---- what bounds Q8_0 decode ------------------------------------------------------
+# The token's matmuls against a plain read of the same weights with the same
+# joins, and against the probe, alternating (bench/mm_decode.c).
+MMD_LIBS="$B/libpagoda-engine.a $(pkg-config --libs libpcre2-8 libxxhash) -lm -pthread"
+if cc -O2 -march=native -I. -o "$W/mm_decode" bench/mm_decode.c $MMD_LIBS 2>>"$W/membw-build.log" ||
+	cc -O2 -I. -o "$W/mm_decode" bench/mm_decode.c $MMD_LIBS 2>>"$W/membw-build.log"; then
+	say ""
+	say "## where Q8_0 decode's memory time goes (bench/mm_decode.c, $T threads, load $(loadavg))"
+	"$W/mm_decode" "$M8" "$T" 9 2>&1 | while IFS= read -r l; do say "$l"; done
+fi
+
 # ---- concurrency sweep ------------------------------------------------------------
 say ""
 say "## concurrency sweep, $(basename "$M8" .gguf): N streams x 1 request, prompt $SW_PP, output $SW_TG (pagoda-bench vs llama-batched-bench -npp $SW_PP -ntg $SW_TG)"
