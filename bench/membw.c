@@ -14,9 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include "stream_read.h"
 
 struct slice {
 	const uint64_t *p;
@@ -32,39 +30,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t read_slice(const uint64_t *p, size_t n)
-{
-#if defined(__AVX2__)
-	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
-		a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
-		a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
-		a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
-	}
-	a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-	uint64_t s[4];
-	_mm256_storeu_si256((__m256i *)s, a0);
-	uint64_t r = s[0] ^ s[1] ^ s[2] ^ s[3];
-	for (; i < n; i++)
-		r ^= p[i];
-	return r;
-#else
-	uint64_t r0 = 0, r1 = 0, r2 = 0, r3 = 0;
-	size_t i = 0;
-	for (; i + 4 <= n; i += 4) {
-		r0 ^= p[i];
-		r1 ^= p[i + 1];
-		r2 ^= p[i + 2];
-		r3 ^= p[i + 3];
-	}
-	for (; i < n; i++)
-		r0 ^= p[i];
-	return r0 ^ r1 ^ r2 ^ r3;
-#endif
 }
 
 static void *run(void *arg)

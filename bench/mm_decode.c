@@ -21,12 +21,10 @@
 #include "daemon/model/model.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
+#include "stream_read.h"
 
 #include <stdint.h>
 #include <stdio.h>
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -60,45 +58,12 @@ struct span {
 	uint64_t sink[64]; /* one slot per thread, 8 apart: no shared lines */
 };
 
-/* bench/membw.c's loop: four independent xor chains of vectors where the
- * build has AVX2 (the bench builds this with -march=native, as membw). */
-static uint64_t read_words(const uint64_t *p, size_t n)
-{
-	size_t i = 0;
-	uint64_t r = 0;
-#if defined(__AVX2__)
-	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-	for (; i + 16 <= n; i += 16) {
-		a0 = _mm256_xor_si256(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
-		a1 = _mm256_xor_si256(a1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
-		a2 = _mm256_xor_si256(a2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
-		a3 = _mm256_xor_si256(a3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
-	}
-	a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-	uint64_t l[4];
-	_mm256_storeu_si256((__m256i *)l, a0);
-	r = l[0] ^ l[1] ^ l[2] ^ l[3];
-#else
-	uint64_t r1 = 0, r2 = 0, r3 = 0;
-	for (; i + 4 <= n; i += 4) {
-		r ^= p[i];
-		r1 ^= p[i + 1];
-		r2 ^= p[i + 2];
-		r3 ^= p[i + 3];
-	}
-	r ^= r1 ^ r2 ^ r3;
-#endif
-	for (; i < n; i++)
-		r ^= p[i];
-	return r;
-}
-
 static void read_job(void *a, int ith, int nth)
 {
 	struct span *s = a;
 	const size_t per = s->words / (size_t)nth;
 	const size_t n = ith == nth - 1 ? s->words - per * (size_t)ith : per;
-	s->sink[(ith * 8) % 64] ^= read_words(s->p + per * (size_t)ith, n);
+	s->sink[(ith * 8) % 64] ^= read_slice(s->p + per * (size_t)ith, n);
 }
 
 /* What a matrix streams: the internal types' bytes are their file type's
