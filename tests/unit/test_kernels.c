@@ -1500,6 +1500,54 @@ END_TEST
  * conversion and one pool run for all of them change no bit, for unpacked,
  * packed (8-row) and repacked (Q4_0_X8) weights, any batch width, and the
  * shapes and type mixes it hands back to pg_matmul one by one. */
+/* Decode-sized matmuls hand out their rows in shrinking chunks from one
+ * counter: over 2 and 3 threads every row must be written once, with the
+ * bits of the one-thread matmul, whatever the row count (whole 8-row
+ * groups, the X8 layout's groups, or single rows). */
+START_TEST(test_decode_chunks_cover_rows)
+{
+	save_isa();
+	const int64_t k = 64, ns[] = { 4096, 1000, 200, 8 };
+	const uint32_t types[] = { PG_TYPE_Q8_0, PG_TYPE_Q4_0_X8, PG_TYPE_F16 };
+	float *X = malloc(sizeof(float) * 4 * k), *Ya = malloc(sizeof(float) * 4 * 4096),
+	      *Yb = malloc(sizeof(float) * 4 * 4096);
+	fill(X, 4 * k, 2.0f);
+	for (int th = 2; th <= 3; th++) {
+		struct pg_pool *pool = pg_pool_create(th);
+		ck_assert_ptr_nonnull(pool);
+		for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+			for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+				const uint32_t t = types[ti];
+				const int64_t n = ns[ni];
+				if (t != PG_TYPE_F16 && n % 8)
+					continue;
+				void *W;
+				if (t == PG_TYPE_Q4_0_X8) {
+					void *w4 = make_weights(PG_TYPE_Q4_0, n, k, NULL);
+					ck_assert_int_eq(posix_memalign(&W, 64, pg_q4_0_x8_size(n, k)), 0);
+					pg_q4_0_x8_repack(w4, W, n, k);
+					free(w4);
+				} else {
+					W = make_weights(t, n, k, NULL);
+				}
+				for (int64_t m = 1; m <= 4; m++) {
+					pg_matmul(NULL, W, t, n, k, X, m, Ya, n);
+					memset(Yb, 0xff, sizeof(float) * (size_t)(m * n)); /* NaN: a row not written */
+					pg_matmul(pool, W, t, n, k, X, m, Yb, n);
+					ck_assert_msg(memcmp(Ya, Yb, sizeof(float) * (size_t)(m * n)) == 0,
+						      "%s n=%ld m=%ld threads=%d", pg_type_name(t), (long)n, (long)m, th);
+				}
+				free(W);
+			}
+		pg_pool_destroy(pool);
+	}
+	free(X);
+	free(Ya);
+	free(Yb);
+	restore_isa();
+}
+END_TEST
+
 START_TEST(test_matmul_many_equals_each)
 {
 	save_isa();
@@ -1598,6 +1646,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
 	tcase_add_test(tc, test_q8_0_s127_same_bits);
 	tcase_add_test(tc, test_matmul_many_equals_each);
+	tcase_add_test(tc, test_decode_chunks_cover_rows);
 	tcase_add_test(tc, test_f16_acc_rows);
 	suite_add_tcase(s, tc);
 	return s;
