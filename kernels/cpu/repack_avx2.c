@@ -71,17 +71,22 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		_mm256_storeu_ps(s + (size_t)r * bs, _mm256_permutevar8x32_ps(acc[r], order));
 }
 
-void pg_q4_0_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
-{
-	for (; nr > 0; nr -= 4, x = (const pg_q8x *)((const char *)x + 4 * bx), s += 4 * bs) {
-		switch (nr) {
-		case 1: tile(nb, g, x, bx, 1, s, bs); break;
-		case 2: tile(nb, g, x, bx, 2, s, bs); break;
-		case 3: tile(nb, g, x, bx, 3, s, bs); break;
-		default: tile(nb, g, x, bx, 4, s, bs); break;
-		}
+/* A table entry from a tile body: activation rows 4 at a time, the row
+ * count a constant in each instance so the accumulators stay in registers. */
+#define X8_ENTRY(NAME, TILE)                                                                          \
+	void NAME(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)    \
+	{                                                                                             \
+		for (; nr > 0; nr -= 4, x = (const pg_q8x *)((const char *)x + 4 * bx), s += 4 * bs) {  \
+			switch (nr) {                                                                 \
+			case 1: TILE(nb, g, x, bx, 1, s, bs); break;                                  \
+			case 2: TILE(nb, g, x, bx, 2, s, bs); break;                                  \
+			case 3: TILE(nb, g, x, bx, 3, s, bs); break;                                  \
+			default: TILE(nb, g, x, bx, 4, s, bs); break;                                 \
+			}                                                                             \
+		}                                                                                     \
 	}
-}
+
+X8_ENTRY(pg_q4_0_x8_avx2, tile)
 
 /* IQ4_NL: the levels are signed and up to 127 in size, so each product
  * goes as |y| against sign(q, y) (|y| once per activation block, for all
@@ -142,14 +147,4 @@ ALWAYS_INLINE void nl_tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_
 		_mm256_storeu_ps(s + (size_t)r * bs, _mm256_permutevar8x32_ps(acc[r], order));
 }
 
-void pg_iq4_nl_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
-{
-	for (; nr > 0; nr -= 4, x = (const pg_q8x *)((const char *)x + 4 * bx), s += 4 * bs) {
-		switch (nr) {
-		case 1: nl_tile(nb, g, x, bx, 1, s, bs); break;
-		case 2: nl_tile(nb, g, x, bx, 2, s, bs); break;
-		case 3: nl_tile(nb, g, x, bx, 3, s, bs); break;
-		default: nl_tile(nb, g, x, bx, 4, s, bs); break;
-		}
-	}
-}
+X8_ENTRY(pg_iq4_nl_x8_avx2, nl_tile)
