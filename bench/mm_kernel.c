@@ -3,16 +3,19 @@
  *
  *   cc -O2 -I. -o build/mm_kernel bench/mm_kernel.c build/libpagoda-engine.a -lm -pthread
  *   build/mm_kernel TYPE N K M THREADS REPS [ISA]     (TYPE as GGUF numbers it: 8 = Q8_0;
- *                                                     39 = Q8_0 as the loader marks it, no -128)
+ *                                                     39 = Q8_0 as the loader marks it, no -128;
+ *                                                     38 = Q4_0 repacked 8 rows at a time)
  *
  * N large enough (131072 x 2048 is 285 MB of Q8_0) reads the weights from
  * memory; small N measures the kernel from cache. Not part of make check:
  * a measuring tool, no assertion.
  */
 #include "kernels/backend.h"
+#include "kernels/cpu/repack.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -37,7 +40,9 @@ int main(int argc, char **argv)
 	}
 	/* the random rows are quantized by the file type's quantizer, which
 	 * writes no -128, so they are what the loader would mark S127 */
-	const uint32_t ftype = type == PG_TYPE_Q8_0_S127 ? PG_TYPE_Q8_0 : (uint32_t)type;
+	const uint32_t ftype = type == PG_TYPE_Q8_0_S127 ? PG_TYPE_Q8_0
+			       : type == PG_TYPE_Q4_0_X8 ? PG_TYPE_Q4_0
+							 : (uint32_t)type;
 	const size_t wr = pg_row_size(ftype, (uint64_t)k);
 	/* on 2 MiB pages where the kernel grants them, as the engine holds its
 	 * weights (model_load.c), so a from-memory run pays the same TLB misses */
@@ -56,6 +61,15 @@ int main(int argc, char **argv)
 		for (int64_t i = 0; i < k; i++)
 			row[i] = (float)rand() / (float)RAND_MAX - 0.5f;
 		pg_quantize_row(ftype, row, W + wr * (size_t)j, k);
+	}
+	if (type == PG_TYPE_Q4_0_X8) {
+		/* in place through a copy: the groups are padded, the rows not */
+		char *src = malloc(wr * (size_t)n);
+		if (!src || pg_q4_0_x8_size(n, k) > wbytes)
+			return 1;
+		memcpy(src, W, wr * (size_t)n);
+		pg_q4_0_x8_repack(src, W, n, k);
+		free(src);
 	}
 	for (int64_t i = 0; i < k * m; i++)
 		X[i] = (float)rand() / (float)RAND_MAX - 0.5f;

@@ -27,6 +27,9 @@
 
 #define AI static inline __attribute__((always_inline))
 
+/* blocks whose scale products are formed ahead of their dot products */
+#define SPAN 32
+
 struct pair_block_layout {
 	size_t y, d, stride;
 };
@@ -92,43 +95,51 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 		#pragma GCC unroll 4
 		for (int q = 0; q < NP; q++)
 			acc[j][q] = _mm512_setzero_ps();
-	float sc[8 * PG_PACK_PAIRS] __attribute__((aligned(64)));
-	for (int64_t i = 0; i < nb; i++) {
-		__m512i wz[4];
-		#pragma GCC unroll 4
-		for (int j = 0; j < 4; j++) {
-			const block_q8_0 *b = WB(w, bw, j) + i;
-			_mm_prefetch((const char *)b + 8 * bw, _MM_HINT_T0);
-			const __m256i wv = _mm256_loadu_si256((const __m256i *)b->qs);
-			wz[j] = _mm512_xor_si512(_mm512_permutexvar_epi32(perm, _mm512_castsi256_si512(wv)), u128);
-		}
-		__m128i dwh = _mm_cvtsi32_si128(WB(w, bw, 0)[i].d);
-		dwh = _mm_insert_epi16(dwh, WB(w, bw, 1)[i].d, 1);
-		dwh = _mm_insert_epi16(dwh, WB(w, bw, 2)[i].d, 2);
-		dwh = _mm_insert_epi16(dwh, WB(w, bw, 3)[i].d, 3);
-		const __m512 dw = _mm512_permutexvar_ps(dwperm, _mm512_castps128_ps512(_mm_cvtph_ps(dwh)));
-		/* sc[8q + 2j + (0|1)] = dw_j * dy_(a|b) of pair q */
-		#pragma GCC unroll 2
-		for (int q = 0; q < NP; q += 2) {
-			__m512 dy = _mm512_castps256_ps512(dy_pair(x + (size_t)q * ps, l.d, i));
-			if (q + 1 < NP)
-				dy = _mm512_insertf32x8(dy, dy_pair(x + (size_t)(q + 1) * ps, l.d, i), 1);
-			_mm512_store_ps(sc + 8 * q, _mm512_mul_ps(dw, dy));
+	/* The scale products of a span of blocks first, then the blocks: a
+	 * product stored and broadcast back in the same block waited on the
+	 * store (1.16x the blocks a second from L1 this way, Zen 5). */
+	float sc[SPAN][8 * PG_PACK_PAIRS] __attribute__((aligned(64)));
+	for (int64_t i0 = 0; i0 < nb; i0 += SPAN) {
+		const int64_t i1 = i0 + SPAN < nb ? i0 + SPAN : nb;
+		for (int64_t i = i0; i < i1; i++) {
+			__m128i dwh = _mm_cvtsi32_si128(WB(w, bw, 0)[i].d);
+			dwh = _mm_insert_epi16(dwh, WB(w, bw, 1)[i].d, 1);
+			dwh = _mm_insert_epi16(dwh, WB(w, bw, 2)[i].d, 2);
+			dwh = _mm_insert_epi16(dwh, WB(w, bw, 3)[i].d, 3);
+			const __m512 dw = _mm512_permutexvar_ps(dwperm, _mm512_castps128_ps512(_mm_cvtph_ps(dwh)));
+			/* sc[i - i0][8q + 2j + (0|1)] = dw_j * dy_(a|b) of pair q */
+			#pragma GCC unroll 2
+			for (int q = 0; q < NP; q += 2) {
+				__m512 dy = _mm512_castps256_ps512(dy_pair(x + (size_t)q * ps, l.d, i));
+				if (q + 1 < NP)
+					dy = _mm512_insertf32x8(dy, dy_pair(x + (size_t)(q + 1) * ps, l.d, i), 1);
+				_mm512_store_ps(sc[i - i0] + 8 * q, _mm512_mul_ps(dw, dy));
+			}
 		}
 		__asm__ volatile("" : : "r"(sc) : "memory");
-		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++) {
-			const char *pq = x + (size_t)q * ps;
-			const __m512i y = _mm512_loadu_si512(pq + l.y + 64 * i);
-			const __m512i c = _mm512_sub_epi32(_mm512_setzero_si512(),
-							   _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, y));
+		for (int64_t i = i0; i < i1; i++) {
+			__m512i wz[4];
 			#pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
-				const __m512i p = _mm512_dpbusd_epi32(c, wz[j], y);
-				double s2;
-				__builtin_memcpy(&s2, sc + 8 * q + 2 * j, 8);
-				acc[j][q] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(s2)), _mm512_cvtepi32_ps(p),
-							    acc[j][q]);
+				const block_q8_0 *b = WB(w, bw, j) + i;
+				_mm_prefetch((const char *)b + 8 * bw, _MM_HINT_T0);
+				const __m256i wv = _mm256_loadu_si256((const __m256i *)b->qs);
+				wz[j] = _mm512_xor_si512(_mm512_permutexvar_epi32(perm, _mm512_castsi256_si512(wv)), u128);
+			}
+			#pragma GCC unroll 4
+			for (int q = 0; q < NP; q++) {
+				const char *pq = x + (size_t)q * ps;
+				const __m512i y = _mm512_loadu_si512(pq + l.y + 64 * i);
+				const __m512i c = _mm512_sub_epi32(_mm512_setzero_si512(),
+								   _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, y));
+				#pragma GCC unroll 4
+				for (int j = 0; j < 4; j++) {
+					const __m512i p = _mm512_dpbusd_epi32(c, wz[j], y);
+					double s2;
+					__builtin_memcpy(&s2, sc[i - i0] + 8 * q + 2 * j, 8);
+					acc[j][q] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(s2)),
+								    _mm512_cvtepi32_ps(p), acc[j][q]);
+				}
 			}
 		}
 	}
