@@ -447,15 +447,95 @@ static int attn_reserve(struct fwd_ctx *c, const struct kv_pool *kv)
 	return 0;
 }
 
+/* ---- the per-token passes of a layer ----------------------------------------
+ * RMSNorm, RoPE and the KV write, SwiGLU and the residual adds touch each
+ * token's rows alone: a prompt's tokens are cut into one span per thread,
+ * the same functions on the same rows, so the same bits. On one thread they
+ * were a tenth of a prompt's wall time, with the other core idle. */
+struct tok_job {
+	const struct model *m;
+	struct fwd_ctx *c;
+	struct kv_pool *kv;
+	const struct fwd_batch *b;
+	const float *norm;
+	bool add;
+	int l, n;
+};
+
+static void tok_span(const struct tok_job *j, int ith, int nth, int *t0, int *t1)
+{
+	*t0 = (int)((int64_t)j->n * ith / nth);
+	*t1 = (int)((int64_t)j->n * (ith + 1) / nth);
+}
+
+/* An element of these passes costs about what 16 multiply-adds of a
+ * matmul do: one token stays on the calling thread. */
+static void for_tokens(struct fwd_ctx *c, int n, int dim, void (*fn)(void *, int, int), struct tok_job *j)
+{
+	pg_pool_run(pool_for(c, 16.0 * n * dim), fn, j);
+}
+
+/* x += xn (the sublayer's output) if add, then xn = rmsnorm(x) with norm
+ * (the next sublayer's input) unless norm is NULL */
+static void residual_norm_worker(void *a, int ith, int nth)
+{
+	const struct tok_job *j = a;
+	const struct model_hparams *hp = &j->m->hp;
+	int t0, t1;
+	tok_span(j, ith, nth, &t0, &t1);
+	for (int t = t0; t < t1; t++) {
+		float *x = j->c->x + (size_t)t * hp->n_embd, *xn = j->c->xn + (size_t)t * hp->n_embd;
+		if (j->add)
+			for (int i = 0; i < hp->n_embd; i++)
+				x[i] += xn[i];
+		if (j->norm)
+			pg_rmsnorm(xn, x, j->norm, hp->n_embd, hp->norm_eps);
+	}
+}
+
+static void residual_norm(const struct model *m, struct fwd_ctx *c, int n, bool add, const float *norm)
+{
+	struct tok_job j = { .m = m, .c = c, .norm = norm, .add = add, .n = n };
+	for_tokens(c, n, m->hp.n_embd, residual_norm_worker, &j);
+}
+
+static void rope_kv_worker(void *a, int ith, int nth)
+{
+	const struct tok_job *j = a;
+	const struct model_hparams *hp = &j->m->hp;
+	const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+	int t0, t1;
+	tok_span(j, ith, nth, &t0, &t1);
+	for (int t = t0; t < t1; t++) {
+		float *q = j->c->q + (size_t)t * q_dim, *k = j->c->k + (size_t)t * kv_dim;
+		const struct kv_seq *s = j->b->seqs[j->b->seq[t]];
+		const float *cs = j->c->rope_cs + (size_t)t * hp->rope_dim;
+		rope(j->m, q, hp->n_head, cs);
+		rope(j->m, k, hp->n_head_kv, cs);
+		pg_f32_to_f16_row(k, kv_k_row(j->kv, s, j->l, j->b->pos[t]), kv_dim);
+		pg_f32_to_f16_row(j->c->v + (size_t)t * kv_dim, kv_v_row(j->kv, s, j->l, j->b->pos[t]), kv_dim);
+	}
+}
+
+/* per row, as ggml_vec_swiglu_f32: where n_ff is not a multiple of the
+ * vector width, each row's tail takes libm's expf, not the vector one */
+static void swiglu_worker(void *a, int ith, int nth)
+{
+	const struct tok_job *j = a;
+	const int n_ff = j->m->hp.n_ff;
+	int t0, t1;
+	tok_span(j, ith, nth, &t0, &t1);
+	for (int t = t0; t < t1; t++)
+		pg_swiglu(j->c->gate + (size_t)t * n_ff, j->c->gate + (size_t)t * n_ff, j->c->up + (size_t)t * n_ff,
+			  n_ff);
+}
+
 static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv,
 			    const struct fwd_batch *b, int l, int n_tasks)
 {
 	const struct model_hparams *hp = &m->hp;
 	const struct model_layer *ly = &m->layers[l];
 	const int n = b->n, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-	for (int t = 0; t < n; t++)
-		pg_rmsnorm(c->xn + (size_t)t * hp->n_embd, c->x + (size_t)t * hp->n_embd, ly->attn_norm,
-			   hp->n_embd, hp->norm_eps);
 	const struct model_weight *qkv[] = { &ly->wq, &ly->wk, &ly->wv };
 	float *const qkv_out[] = { c->q, c->k, c->v };
 	matmul_many(c, qkv, qkv_out, 3, c->xn, n, &c->all);
@@ -464,23 +544,15 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 	add_bias(c->v, ly->bv, n, kv_dim);
 	/* Write every token's K/V first, so later tokens of the same sequence
 	 * in this batch see the earlier ones. */
-	for (int t = 0; t < n; t++) {
-		float *q = c->q + (size_t)t * q_dim, *k = c->k + (size_t)t * kv_dim;
-		const struct kv_seq *s = b->seqs[b->seq[t]];
-		const float *cs = c->rope_cs + (size_t)t * hp->rope_dim;
-		rope(m, q, hp->n_head, cs);
-		rope(m, k, hp->n_head_kv, cs);
-		pg_f32_to_f16_row(k, kv_k_row(kv, s, l, b->pos[t]), kv_dim);
-		pg_f32_to_f16_row(c->v + (size_t)t * kv_dim, kv_v_row(kv, s, l, b->pos[t]), kv_dim);
-	}
+	struct tok_job tj = { .m = m, .c = c, .kv = kv, .b = b, .l = l, .n = n };
+	for_tokens(c, n, q_dim + 2 * kv_dim, rope_kv_worker, &tj);
 	struct attn_job job = { m, c, kv, b, l, n_tasks, 0 };
 	double work = 0;
 	for (int t = 0; t < n; t++)
 		work += (double)(b->pos[t] + 1) * q_dim * 2;
 	pg_pool_run(pool_for(c, work), attn_worker, &job);
 	matmul(c, &ly->wo, c->att, n, c->xn, &c->all);
-	for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
-		c->x[i] += c->xn[i];
+	residual_norm(m, c, n, true, ly->ffn_norm);
 }
 
 static void ffn_layer(const struct model *m, struct fwd_ctx *c, int n, int l)
@@ -488,20 +560,13 @@ static void ffn_layer(const struct model *m, struct fwd_ctx *c, int n, int l)
 	const struct model_hparams *hp = &m->hp;
 	const struct model_layer *ly = &m->layers[l];
 	const struct row_order *ord = l == hp->n_layer - 1 ? &c->last : &c->all;
-	for (int t = 0; t < n; t++)
-		pg_rmsnorm(c->xn + (size_t)t * hp->n_embd, c->x + (size_t)t * hp->n_embd, ly->ffn_norm,
-			   hp->n_embd, hp->norm_eps);
 	const struct model_weight *gu[] = { &ly->w_gate, &ly->w_up };
 	float *const gu_out[] = { c->gate, c->up };
 	matmul_many(c, gu, gu_out, 2, c->xn, n, ord);
-	/* per row, as ggml_vec_swiglu_f32: where n_ff is not a multiple of the
-	 * vector width, each row's tail takes libm's expf, not the vector one */
-	for (int t = 0; t < n; t++)
-		pg_swiglu(c->gate + (size_t)t * hp->n_ff, c->gate + (size_t)t * hp->n_ff, c->up + (size_t)t * hp->n_ff,
-			  hp->n_ff);
+	struct tok_job tj = { .m = m, .c = c, .n = n };
+	for_tokens(c, n, hp->n_ff, swiglu_worker, &tj);
 	matmul(c, &ly->w_down, c->gate, n, c->xn, ord);
-	for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
-		c->x[i] += c->xn[i];
+	residual_norm(m, c, n, true, l + 1 < hp->n_layer ? m->layers[l + 1].attn_norm : NULL);
 }
 
 int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, const struct fwd_batch *b)
@@ -524,6 +589,7 @@ int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, 
 		rope_table(m, b->pos[t], c->rope_cs + (size_t)t * hp->rope_dim);
 	const int n_tasks = attn_plan(m, c, b);
 	plan_order(c, b);
+	residual_norm(m, c, b->n, false, m->layers[0].attn_norm);
 	for (int l = 0; l < hp->n_layer; l++) {
 		attention_layer(m, c, kv, b, l, n_tasks);
 		ffn_layer(m, c, b->n, l);
