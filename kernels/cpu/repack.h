@@ -45,6 +45,35 @@ typedef struct {
 	int8_t qs[32];
 } pg_q8x;
 
+/* Decode streams the groups from DRAM, faster than the hardware
+ * prefetchers follow, so the kernels fetch ahead themselves, at each
+ * block: its two nibble lines PG_X8_PF_AHEAD bytes on (about one group of
+ * k = 2048, so into the next group), and every 4th block (a 64-byte line
+ * of scales) the scale line PG_X8_SC_AHEAD blocks on, past the group's end
+ * the next group's. The scales follow the nibbles, so the nibble prefetch
+ * alone reaches them only near the group's end (22 KB on at k = 5632) and
+ * the next group's only once it has begun; each scale line was a miss.
+ * Measured on the Zen 5 (mm_decode, Q4_0 model): the scale lines 1.12x
+ * the matmuls' rate on AVX-512 and 1.10x on AVX2, whose 1 KB distance
+ * going to 8 KB gave 1.30x more. */
+#define PG_X8_PF_AHEAD 8192
+#define PG_X8_SC_AHEAD 32
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+static inline __attribute__((always_inline)) void pg_x8_prefetch(const uint8_t *qs, const pg_f16 *sc, int64_t i,
+								  int64_t nb)
+{
+	const char *q = (const char *)qs + (size_t)i * 128 + PG_X8_PF_AHEAD;
+	_mm_prefetch(q, _MM_HINT_T0);
+	_mm_prefetch(q + 64, _MM_HINT_T0);
+	if (i & 3)
+		return;
+	const int64_t a = i + PG_X8_SC_AHEAD;
+	const char *p = a < nb ? (const char *)(sc + 8 * a) : (const char *)sc + PG_X8_GROUP_BYTES(nb) + 16 * (a - nb);
+	_mm_prefetch(p, _MM_HINT_T0);
+}
+#endif
+
 /* Eight weight rows (one group, g) against nr (1..PG_X8_MAX_NR) activation
  * rows of nb blocks each, bx bytes apart: s[r*bs + j] = dot(row j, x_r). */
 typedef void (*pg_q4_0_x8_fn)(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s,

@@ -39,8 +39,7 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *q = qs + (size_t)i * 128;
-		_mm_prefetch((const char *)q + 1024, _MM_HINT_T0);
-		_mm_prefetch((const char *)q + 1024 + 64, _MM_HINT_T0);
+		pg_x8_prefetch(qs, sc, i, nb);
 		/* a: rows 0-3, b: rows 4-7; 0: qs[0..7], 1: qs[8..15] */
 		const __m256i q0a = _mm256_loadu_si256((const __m256i *)q);
 		const __m256i q0b = _mm256_loadu_si256((const __m256i *)(q + 32));
@@ -109,8 +108,7 @@ ALWAYS_INLINE void nl_tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *q = qs + (size_t)i * 128;
-		_mm_prefetch((const char *)q + 1024, _MM_HINT_T0);
-		_mm_prefetch((const char *)q + 1024 + 64, _MM_HINT_T0);
+		pg_x8_prefetch(qs, sc, i, nb);
 		__m256i pa[4], pb[4]; /* rows 0-3, 4-7 */
 		/* half h: qs[8h..8h+7] of each row, elements 8h.. (low nibbles)
 		 * and 16+8h.. (high) */

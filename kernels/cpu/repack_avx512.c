@@ -34,6 +34,7 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
+
 ALWAYS_INLINE __m512i bcast8(const int8_t *p)
 {
 	int64_t v;
@@ -85,10 +86,7 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		acc[p] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *q = qs + (size_t)i * 128;
-		/* groups follow one another: 8 KB ahead (about one group of
-		 * k = 2048) keeps decode's stream from DRAM in flight */
-		_mm_prefetch((const char *)q + 8192, _MM_HINT_T0);
-		_mm_prefetch((const char *)q + 8192 + 64, _MM_HINT_T0);
+		pg_x8_prefetch(qs, sc, i, nb);
 		const __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
 		__m512i w0l = _mm512_and_si512(q0, lo4), w0h = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
 		__m512i w1l = _mm512_and_si512(q1, lo4), w1h = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
