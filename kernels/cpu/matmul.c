@@ -1,11 +1,11 @@
 /* kernels/cpu/matmul.c — Y = X · Wᵀ over the pool.
  *
  * Activations are converted once to the weight's vec-dot type. Work is
- * handed out in chunks of weight rows through an atomic counter, so a
- * core that finishes early takes more; for decode-sized batches the last
- * quarter of the rows goes in quarter-sized chunks, so the join waits on
- * a short one (the join waits of a Q8_0 decode token: 3.6% -> 1.8% of
- * its samples in bench/mm_decode). Inside a chunk the loop runs
+ * handed out in chunks of weight rows (dispenser.h): each thread
+ * takes its own contiguous range of chunks front to back and then the
+ * others' from their back, so a core that finishes early takes more and
+ * the join waits on at most one chunk. Decode-sized batches go in chunks
+ * of 8 rows. Inside a chunk the loop runs
  * activation rows in tiles of PG_MAX_NR: each weight row is streamed from
  * memory once per chunk (then hit in L1/L2 for the next tile), and the
  * kernel decodes each weight block once per tile. For m = 1 this is a
@@ -26,13 +26,14 @@
  * by the kernel, so tiles and chunks change no bits.
  *
  * pg_matmul_many runs several weights against one input (Q/K/V, gate/up)
- * as one job: one conversion, one counter over all their chunks.
+ * as one job: one conversion, one dispenser over all their chunks.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/dispenser.h"
 
 uint32_t pg_vec_dot_type(uint32_t wtype)
 {
@@ -85,6 +86,18 @@ void pg_quantize_act(uint32_t wtype, const float *x, void *dst, int64_t k)
 		pg_kern_get()->from_float[vt](x, dst, k);
 }
 
+/* chunk c of ch units each over n units */
+static void chunk_span(int64_t n, int64_t ch, int64_t c, int64_t *lo, int64_t *hi)
+{
+	*lo = c * ch;
+	*hi = *lo + ch < n ? *lo + ch : n;
+}
+
+static int64_t chunk_count(int64_t n, int64_t ch)
+{
+	return (n + ch - 1) / ch;
+}
+
 struct mm_job {
 	uint32_t wtype; /* PG_TYPE_Q8_0_S127 as PG_TYPE_Q8_0 */
 	pg_gemv_fn gemv;
@@ -101,7 +114,7 @@ struct mm_job {
 	int64_t ldy;
 	int64_t chunk;
 	int tile; /* activation rows per kernel call */
-	_Atomic int64_t next;
+	struct pg_dispenser disp;
 };
 
 static void quant_job(void *a, int ith, int nth)
@@ -111,85 +124,15 @@ static void quant_job(void *a, int ith, int nth)
 		j->from_float(j->X + i * j->k, j->Xq + (size_t)i * j->xrow, j->k);
 }
 
-/* A range of n units in chunks of ch, except that for decode-sized
- * batches the last quarter is handed out in shrinking chunks: a quarter
- * of ch while they cover half of what is left, then half that, down to
- * al units (whole multiples of al throughout). Whoever takes the last
- * chunk keeps the other thread waiting at the join for at most al units.
- * The spans follow from the chunk index alone, so one atomic counter
- * hands them out. */
-struct chunking {
-	int64_t n, ch, small, nbig, al;
-};
-
-static struct chunking chunking(int64_t n, int64_t ch, int64_t m, int64_t al)
-{
-	struct chunking k = { n, ch, ch, 0, al };
-	if (m > PG_MAX_NR)
-		return k;
-	k.small = (ch / 4 + al - 1) / al * al;
-	if (k.small < al)
-		k.small = al;
-	k.nbig = (n - n / 4) / ch;
-	return k;
-}
-
-/* Walks the tail's levels: chunk c's span, or with c < 0 the count. */
-static int64_t chunk_walk(struct chunking k, int64_t c, int64_t *lo, int64_t *hi)
-{
-	if (c >= 0 && c < k.nbig) {
-		*lo = c * k.ch;
-		*hi = *lo + k.ch < k.n ? *lo + k.ch : k.n;
-		return 0;
-	}
-	int64_t at = k.nbig * k.ch, idx = k.nbig, sz = k.small;
-	const bool shrink = k.small < k.ch;
-	while (at < k.n) {
-		const int64_t rest = k.n - at;
-		if (shrink && sz > k.al && rest / 2 < sz) {
-			sz = sz / 2 / k.al * k.al;
-			if (sz < k.al)
-				sz = k.al;
-			continue;
-		}
-		/* half of the rest, or all of it at the last size */
-		const int64_t cnt = shrink && sz > k.al ? rest / 2 / sz : (rest + sz - 1) / sz;
-		if (c >= idx && c < idx + cnt) {
-			*lo = at + (c - idx) * sz;
-			*hi = *lo + sz < k.n ? *lo + sz : k.n;
-			return 0;
-		}
-		idx += cnt;
-		at += cnt * sz;
-	}
-	return idx;
-}
-
-static int64_t chunk_count(struct chunking k)
-{
-	int64_t lo, hi;
-	return chunk_walk(k, -1, &lo, &hi);
-}
-
-static void chunk_span(struct chunking k, int64_t c, int64_t *lo, int64_t *hi)
-{
-	chunk_walk(k, c, lo, hi);
-}
-
-static struct chunking mm_chunking(const struct mm_job *j)
-{
-	return chunking(j->n, j->chunk, j->m, j->gemv8 ? 8 : 1);
-}
-
 static int64_t mm_nchunks(const struct mm_job *j)
 {
-	return chunk_count(mm_chunking(j));
+	return chunk_count(j->n, j->chunk);
 }
 
 static void mm_chunk(const struct mm_job *j, int64_t c)
 {
 	int64_t r0, r1;
-	chunk_span(mm_chunking(j), c, &r0, &r1);
+	chunk_span(j->n, j->chunk, c, &r0, &r1);
 	for (int64_t i0 = 0; i0 < j->m; i0 += j->tile) {
 		const int nr = (int)(j->m - i0 < j->tile ? j->m - i0 : j->tile);
 		const char *x = j->Xq + (size_t)i0 * j->xrow;
@@ -208,22 +151,20 @@ static void mm_chunk(const struct mm_job *j, int64_t c)
 static void mm_job_run(void *a, int ith, int nth)
 {
 	struct mm_job *j = a;
-	(void)ith;
 	(void)nth;
-	const int64_t nchunks = mm_nchunks(j);
-	for (;;) {
-		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-		if (c >= nchunks)
-			break;
+	for (int64_t c; (c = pg_disp_take(&j->disp, ith)) >= 0;)
 		mm_chunk(j, c);
-	}
 }
 
-/* Rows per chunk: small enough that every thread gets several chunks
- * (balance), large enough to amortise the counter; for big batches also
- * small enough that a chunk of weights stays in L2 across the tiles. */
+/* Rows per chunk. Decode-sized batches: 8 (a group), so that a thread
+ * that takes from another's back leaves the join at most 8 rows to wait
+ * on; its own chunks run as one stream whatever their size. Bigger
+ * batches: small enough that every thread gets several chunks and that a
+ * chunk of weights stays in L2 across the tiles. */
 static int64_t pick_chunk(int64_t n, size_t wrow, int64_t m, int nth, bool by8)
 {
+	if (m <= PG_MAX_NR)
+		return 8;
 	int64_t c = n / ((int64_t)nth * 8);
 	if (m > PG_MAX_NR) {
 		int64_t l2 = (int64_t)((256u << 10) / (wrow ? wrow : 1));
@@ -290,8 +231,9 @@ static void plan(struct pg_pool *p, struct mm_job *j)
 static void run_matmul(struct pg_pool *p, struct mm_job *j)
 {
 	plan(p, j);
-	atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-	if ((j->n <= j->chunk && j->m <= PG_MAX_NR) || pg_pool_size(p) == 1)
+	const bool alone = (j->n <= j->chunk && j->m <= PG_MAX_NR) || pg_pool_size(p) == 1;
+	pg_disp_init(&j->disp, mm_nchunks(j), alone ? 1 : pg_pool_size(p));
+	if (alone)
 		mm_job_run(j, 0, 1);
 	else
 		pg_pool_run(p, mm_job_run, j);
@@ -364,7 +306,7 @@ struct x8_job {
 	float *Y;
 	int64_t ldy;
 	int64_t chunk; /* groups */
-	_Atomic int64_t next;
+	struct pg_dispenser disp;
 };
 
 static void x8_quant_job(void *a, int ith, int nth)
@@ -385,21 +327,16 @@ static void x8_quant_job(void *a, int ith, int nth)
 	}
 }
 
-static struct chunking x8_chunking(const struct x8_job *j)
-{
-	return chunking(j->n / 8, j->chunk, j->m, 1);
-}
-
 static int64_t x8_nchunks(const struct x8_job *j)
 {
-	return chunk_count(x8_chunking(j));
+	return chunk_count(j->n / 8, j->chunk);
 }
 
 static void x8_chunk(const struct x8_job *j, int64_t c)
 {
 	const size_t xxrow = (size_t)j->nb * sizeof(pg_q8x);
 	int64_t g0, g1;
-	chunk_span(x8_chunking(j), c, &g0, &g1);
+	chunk_span(j->n / 8, j->chunk, c, &g0, &g1);
 	for (int64_t i0 = 0; i0 < j->m; i0 += PG_X8_MAX_NR) {
 		const int nr = (int)(j->m - i0 < PG_X8_MAX_NR ? j->m - i0 : PG_X8_MAX_NR);
 		for (int64_t g = g0; g < g1; g++)
@@ -411,15 +348,9 @@ static void x8_chunk(const struct x8_job *j, int64_t c)
 static void x8_job_run(void *a, int ith, int nth)
 {
 	struct x8_job *j = a;
-	(void)ith;
 	(void)nth;
-	const int64_t nchunks = x8_nchunks(j);
-	for (;;) {
-		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-		if (c >= nchunks)
-			break;
+	for (int64_t c; (c = pg_disp_take(&j->disp, ith)) >= 0;)
 		x8_chunk(j, c);
-	}
 }
 
 static void x8_set_chunk(struct x8_job *j, int nth)
@@ -466,8 +397,9 @@ static void x8_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t 
 	struct x8_job j;
 	if (!x8_prepare(p, &j, W, wtype, n, k, X, Xq, m, Y, ldy))
 		return;
-	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
-	if ((n <= 8 * j.chunk && m <= PG_X8_MAX_NR) || pg_pool_size(p) == 1)
+	const bool alone = (n <= 8 * j.chunk && m <= PG_X8_MAX_NR) || pg_pool_size(p) == 1;
+	pg_disp_init(&j.disp, x8_nchunks(&j), alone ? 1 : pg_pool_size(p));
+	if (alone)
 		x8_job_run(&j, 0, 1);
 	else
 		pg_pool_run(p, x8_job_run, &j);
@@ -508,10 +440,9 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
 /* ---- several weights, one input ------------------------------------------
  *
  * Q, K and V (or gate and up) read the same activations: converted (and
- * packed) once, and the three matrices' chunks handed out from one counter
- * in one pool run, so a decode step pays one wake-up and one join for them
- * instead of three, and the small K and V chunks fill the gaps the big one
- * leaves at its end. Each output is computed exactly as pg_matmul would. */
+ * packed) once, and the three matrices' chunks handed out from one
+ * dispenser in one pool run, so a decode step pays one wake-up and one
+ * join for them instead of three. Each output is computed exactly as pg_matmul would. */
 #define MANY_MAX 4
 
 struct many_job {
@@ -520,21 +451,17 @@ struct many_job {
 	struct mm_job mm[MANY_MAX];
 	struct x8_job xj[MANY_MAX];
 	int64_t first[MANY_MAX + 1]; /* op i's chunks: first[i] .. first[i+1]-1 */
-	_Atomic int64_t next;
+	struct pg_dispenser disp;
 };
 
 static void many_job_run(void *a, int ith, int nth)
 {
 	struct many_job *j = a;
-	(void)ith;
 	(void)nth;
-	int op = 0;
-	for (;;) {
-		const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-		if (c >= j->first[j->count])
-			break;
+	for (int64_t c; (c = pg_disp_take(&j->disp, ith)) >= 0;) {
+		int op = 0;
 		while (c >= j->first[op + 1])
-			op++; /* a thread's chunks come in increasing order */
+			op++;
 		if (j->x8)
 			x8_chunk(&j->xj[op], c - j->first[op]);
 		else
@@ -605,7 +532,7 @@ void pg_matmul_many(struct pg_pool *p, const struct pg_mm_out *o, int count, int
 			pg_matmul(p, o[i].W, o[i].wtype, o[i].n, k, X, m, o[i].Y, o[i].ldy);
 		return;
 	}
-	atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+	pg_disp_init(&j.disp, j.first[j.count], pg_pool_size(p));
 	if (pg_pool_size(p) == 1)
 		many_job_run(&j, 0, 1);
 	else

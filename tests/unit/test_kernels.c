@@ -104,8 +104,8 @@ struct shape {
 static const struct shape shapes[] = {
 	{ 1, 1, 256 }, { 1, 37, 512 }, { 2, 16, 256 }, { 3, 17, 768 }, { 4, 8, 256 },
 	{ 5, 33, 512 }, { 7, 64, 1024 }, { 13, 40, 256 }, { 33, 19, 512 },
-	/* enough rows for the threaded split's big chunks and the small
-	 * ones of its last quarter, with and without whole groups of 8 */
+	/* enough rows for many chunks on each thread, taken from the front
+	 * and from the back, with and without whole groups of 8 */
 	{ 1, 1000, 256 }, { 3, 1032, 256 },
 };
 
@@ -1500,10 +1500,11 @@ END_TEST
  * conversion and one pool run for all of them change no bit, for unpacked,
  * packed (8-row) and repacked (Q4_0_X8) weights, any batch width, and the
  * shapes and type mixes it hands back to pg_matmul one by one. */
-/* Decode-sized matmuls hand out their rows in shrinking chunks from one
- * counter: over 2 and 3 threads every row must be written once, with the
- * bits of the one-thread matmul, whatever the row count (whole 8-row
- * groups, the X8 layout's groups, or single rows). */
+/* Decode-sized matmuls hand out their rows in 8-row chunks, each thread
+ * its own range first and then the others' from the back: over 2 and 3
+ * threads every row must be written once, with the bits of the one-thread
+ * matmul, whatever the row count (whole 8-row groups, the X8 layout's
+ * groups, or single rows). */
 START_TEST(test_decode_chunks_cover_rows)
 {
 	save_isa();
