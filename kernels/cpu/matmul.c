@@ -387,6 +387,9 @@ static bool x8_prepare(struct pg_pool *p, struct x8_job *j, const void *W, uint3
 		pg_pool_run(p, x8_quant_job, j);
 	else
 		x8_quant_job(j, 0, 1);
+	for (int64_t i = 0; i + 1 < m; i += 2) /* pairs start at even rows */
+		for (int64_t b = 0; b < j->nb; b++)
+			j->Xx[i * j->nb + b].dn = j->Xx[(i + 1) * j->nb + b].d;
 	x8_set_chunk(j, pg_pool_size(p));
 	return true;
 }

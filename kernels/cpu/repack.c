@@ -72,6 +72,7 @@ void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb)
 		for (int e = 0; e < 32; e++)
 			sum += x[i].qs[e];
 		dst[i].d = pg_f16_to_f32(x[i].d);
+		dst[i].dn = dst[i].d;
 		dst[i].off = -8 * sum;
 		memcpy(dst[i].qs, x[i].qs, 32);
 	}

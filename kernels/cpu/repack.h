@@ -38,9 +38,12 @@
 #define PG_X8_MAX_NR 8
 
 /* One activation block as the repacked kernels read it: Q8_0's scale as
- * f32 (exact), -8 times the sum of the 32 values, and the values. */
+ * f32 (exact), the scale of the same block of the next row (the row the
+ * 512-bit kernel pairs this one with; d itself for the last row), -8
+ * times the sum of the 32 values, and the values. d and dn side by side
+ * make a pair's scales one 64-bit broadcast. */
 typedef struct {
-	float d;
+	float d, dn;
 	int32_t off;
 	int8_t qs[32];
 } pg_q8x;
@@ -116,7 +119,7 @@ void pg_q4_K_x8_repack(const void *src, void *dst, int64_t n, int64_t k);
  * left in the file, one block at a time. */
 void pg_q4_K_x8_block(const block_q4_K *const rows[8], int64_t i, uint8_t *sb);
 
-/* Q8_0 blocks to pg_q8x blocks, nb of them. */
+/* Q8_0 blocks to pg_q8x blocks, nb of them (dn = d: a row alone). */
 void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb);
 
 void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);

@@ -16,7 +16,8 @@
  * pairs: the odd lanes of one vector take the other row's sums (a blend,
  * a two-source permute and an add do both rows' pair sums at once), so each conversion, scale product and FMA serves 16 outputs
  * instead of 8; on the Zen 5 that is 1.07-1.10x the blocks a second from
- * L1 at 4-8 rows, and the prompt's matmuls ~1.07x.
+ * L1 at 4-8 rows, and the prompt's matmuls ~1.07x. The pair's two scales
+ * come as one 64-bit broadcast of (d, dn) (1.05x).
  *
  * IQ4_NL in the same layout: the nibbles index its levels (-127..113),
  * looked up as level + 128 so that they are unsigned, and the 128·Σy this
@@ -123,7 +124,11 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 			/* an odd last row pairs with itself; its copy is not stored */
 			const __m512i t = pair_sums(dots(start(xa, nl), xa->qs, w0l, w1l, w0h, w1h),
 						    dots(start(xb, nl), xb->qs, w0l, w1l, w0h, w1h));
-			const __m512 dy = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(xa->d), _mm512_set1_ps(xb->d));
+			/* (d, dn): this row's scale and its partner's (xb's, or
+			 * its own for an odd last row) */
+			double dd;
+			memcpy(&dd, &xa->d, 8);
+			const __m512 dy = _mm512_castpd_ps(_mm512_set1_pd(dd));
 			acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw2, dy), acc[p]);
 		}
 	}
