@@ -98,6 +98,15 @@ static int64_t chunk_count(int64_t n, int64_t ch)
 	return (n + ch - 1) / ch;
 }
 
+/* fn over the pool, or on the caller alone, with d set up for as many
+ * threads as will take from it (pg_pool_run with no pool runs fn(arg, 0, 1)) */
+static void run_chunks(struct pg_pool *p, bool alone, struct pg_dispenser *d, int64_t nchunks,
+		       void (*fn)(void *, int, int), void *arg)
+{
+	pg_disp_init(d, nchunks, alone ? 1 : pg_pool_size(p));
+	pg_pool_run(alone ? NULL : p, fn, arg);
+}
+
 struct mm_job {
 	uint32_t wtype; /* PG_TYPE_Q8_0_S127 as PG_TYPE_Q8_0 */
 	pg_gemv_fn gemv;
@@ -166,11 +175,9 @@ static int64_t pick_chunk(int64_t n, size_t wrow, int64_t m, int nth, bool by8)
 	if (m <= PG_MAX_NR)
 		return 8;
 	int64_t c = n / ((int64_t)nth * 8);
-	if (m > PG_MAX_NR) {
-		int64_t l2 = (int64_t)((256u << 10) / (wrow ? wrow : 1));
-		if (c > l2)
-			c = l2;
-	}
+	const int64_t l2 = (int64_t)((256u << 10) / (wrow ? wrow : 1));
+	if (c > l2)
+		c = l2;
 	if (c < 4)
 		c = 4;
 	if (by8)
@@ -231,12 +238,7 @@ static void plan(struct pg_pool *p, struct mm_job *j)
 static void run_matmul(struct pg_pool *p, struct mm_job *j)
 {
 	plan(p, j);
-	const bool alone = (j->n <= j->chunk && j->m <= PG_MAX_NR) || pg_pool_size(p) == 1;
-	pg_disp_init(&j->disp, mm_nchunks(j), alone ? 1 : pg_pool_size(p));
-	if (alone)
-		mm_job_run(j, 0, 1);
-	else
-		pg_pool_run(p, mm_job_run, j);
+	run_chunks(p, j->n <= j->chunk && j->m <= PG_MAX_NR, &j->disp, mm_nchunks(j), mm_job_run, j);
 }
 
 static bool setup(struct mm_job *j, const void *W, uint32_t wtype, int64_t n, int64_t k, int64_t m,
@@ -309,21 +311,34 @@ struct x8_job {
 	struct pg_dispenser disp;
 };
 
+static void x8_quant_row(const struct x8_job *j, int64_t i)
+{
+	pg_q8x *dst = j->Xx + i * j->nb;
+	if (!j->X) {
+		pg_q8x_from_q8_0(j->Xq + (size_t)i * j->xrow, dst, j->nb);
+		return;
+	}
+	/* a block at a time: no Q8_0 row buffer needed */
+	for (int64_t b = 0; b < j->nb; b++) {
+		block_q8_0 t;
+		j->from_float(j->X + i * j->k + b * QK8_0, &t, QK8_0);
+		pg_q8x_from_q8_0(&t, dst + b, 1);
+	}
+}
+
+/* Rows in the pairs the 512-bit kernel takes (even row first), so the
+ * thread that converts a pair also gives its first row the second's scales
+ * (pg_q8x.dn). */
 static void x8_quant_job(void *a, int ith, int nth)
 {
 	struct x8_job *j = a;
-	for (int64_t i = ith; i < j->m; i += nth) {
-		pg_q8x *dst = j->Xx + i * j->nb;
-		if (!j->X) {
-			pg_q8x_from_q8_0(j->Xq + (size_t)i * j->xrow, dst, j->nb);
-			continue;
-		}
-		/* a block at a time: no Q8_0 row buffer needed */
-		for (int64_t b = 0; b < j->nb; b++) {
-			block_q8_0 t;
-			j->from_float(j->X + i * j->k + b * QK8_0, &t, QK8_0);
-			pg_q8x_from_q8_0(&t, dst + b, 1);
-		}
+	for (int64_t i = 2 * (int64_t)ith; i < j->m; i += 2 * (int64_t)nth) {
+		x8_quant_row(j, i);
+		if (i + 1 == j->m)
+			break;
+		x8_quant_row(j, i + 1);
+		for (int64_t b = 0; b < j->nb; b++)
+			j->Xx[i * j->nb + b].dn = j->Xx[(i + 1) * j->nb + b].d;
 	}
 }
 
@@ -387,9 +402,6 @@ static bool x8_prepare(struct pg_pool *p, struct x8_job *j, const void *W, uint3
 		pg_pool_run(p, x8_quant_job, j);
 	else
 		x8_quant_job(j, 0, 1);
-	for (int64_t i = 0; i + 1 < m; i += 2) /* pairs start at even rows */
-		for (int64_t b = 0; b < j->nb; b++)
-			j->Xx[i * j->nb + b].dn = j->Xx[(i + 1) * j->nb + b].d;
 	x8_set_chunk(j, pg_pool_size(p));
 	return true;
 }
@@ -400,12 +412,7 @@ static void x8_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t 
 	struct x8_job j;
 	if (!x8_prepare(p, &j, W, wtype, n, k, X, Xq, m, Y, ldy))
 		return;
-	const bool alone = (n <= 8 * j.chunk && m <= PG_X8_MAX_NR) || pg_pool_size(p) == 1;
-	pg_disp_init(&j.disp, x8_nchunks(&j), alone ? 1 : pg_pool_size(p));
-	if (alone)
-		x8_job_run(&j, 0, 1);
-	else
-		pg_pool_run(p, x8_job_run, &j);
+	run_chunks(p, n <= 8 * j.chunk && m <= PG_X8_MAX_NR, &j.disp, x8_nchunks(&j), x8_job_run, &j);
 }
 
 /* j->Xq = X in the weight's vec-dot type (X itself for f32), in the
@@ -445,7 +452,8 @@ void pg_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int6
  * Q, K and V (or gate and up) read the same activations: converted (and
  * packed) once, and the three matrices' chunks handed out from one
  * dispenser in one pool run, so a decode step pays one wake-up and one
- * join for them instead of three. Each output is computed exactly as pg_matmul would. */
+ * join for them instead of three. Each output is computed exactly as
+ * pg_matmul would. */
 #define MANY_MAX 4
 
 struct many_job {
@@ -535,9 +543,5 @@ void pg_matmul_many(struct pg_pool *p, const struct pg_mm_out *o, int count, int
 			pg_matmul(p, o[i].W, o[i].wtype, o[i].n, k, X, m, o[i].Y, o[i].ldy);
 		return;
 	}
-	pg_disp_init(&j.disp, j.first[j.count], pg_pool_size(p));
-	if (pg_pool_size(p) == 1)
-		many_job_run(&j, 0, 1);
-	else
-		pg_pool_run(p, many_job_run, &j);
+	run_chunks(p, false, &j.disp, j.first[j.count], many_job_run, &j);
 }

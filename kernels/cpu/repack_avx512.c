@@ -14,9 +14,10 @@
  *
  * One row (decode) keeps its sums in the even lanes. Two or more go in
  * pairs: the odd lanes of one vector take the other row's sums (a blend,
- * a two-source permute and an add do both rows' pair sums at once), so each conversion, scale product and FMA serves 16 outputs
- * instead of 8; on the Zen 5 that is 1.07-1.10x the blocks a second from
- * L1 at 4-8 rows, and the prompt's matmuls ~1.07x. The pair's two scales
+ * a two-source permute and an add do both rows' pair sums at once), so
+ * each conversion, scale product and FMA serves 16 outputs instead of 8;
+ * on the Zen 5 that is 1.07-1.10x the blocks a second from L1 at 4-8
+ * rows, and the prompt's matmuls ~1.07x. The pair's two scales
  * come as one 64-bit broadcast of (d, dn) (1.05x).
  *
  * IQ4_NL in the same layout: the nibbles index its levels (-127..113),
@@ -34,7 +35,6 @@
 #include "kernels/types.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-
 
 ALWAYS_INLINE __m512i bcast8(const int8_t *p)
 {
