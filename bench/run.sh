@@ -13,7 +13,8 @@
 #   BENCH_NO_LLAMA=1    measure pagoda alone
 #   BENCH_BUILD_LLAMA=0 do not build llama.cpp natively (node-llama-cpp alone, if installed)
 #   BENCH_PP, BENCH_TG, BENCH_SWEEP ("1 4 16 64"), BENCH_SW_PP, BENCH_SW_TG,
-#   BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N, BENCH_PFX_ROUNDS:
+#   BENCH_SW_ROUNDS, BENCH_GEN_PAIRS, BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N,
+#   BENCH_PFX_ROUNDS:
 #                       override the sizes (for a machine too loaded for the defaults;
 #                       the log prints the sizes used)
 #
@@ -55,15 +56,16 @@ done
 
 # ---- settings ---------------------------------------------------------------
 if [ "$QUICK" = 1 ]; then
-	ROUNDS=1 PP=64 TG=32 SWEEP="1 4" SW_PP=16 SW_TG=16
+	ROUNDS=1 PP=64 TG=32 SWEEP="1 4" SW_PP=16 SW_TG=16 SW_ROUNDS=1 GEN_PAIRS=2
 	PFX=256 PFX_SUF=16 PFX_N=4 PFX_C=2 RTT_N=2000 ST_K=16 ST_TG=64 PFX_ROUNDS=1
 else
-	ROUNDS=3 PP=512 TG=128 SWEEP="1 4 16 64" SW_PP=64 SW_TG=64
+	ROUNDS=3 PP=512 TG=128 SWEEP="1 4 16 64" SW_PP=64 SW_TG=64 SW_ROUNDS=3 GEN_PAIRS=8
 	PFX=384 PFX_SUF=16 PFX_N=6 PFX_C=2 RTT_N=20000 ST_K=32 ST_TG=256 PFX_ROUNDS=2
 fi
 
 ROUNDS=${BENCH_ROUNDS:-$ROUNDS} PP=${BENCH_PP:-$PP} TG=${BENCH_TG:-$TG} SWEEP=${BENCH_SWEEP:-$SWEEP}
-SW_PP=${BENCH_SW_PP:-$SW_PP} SW_TG=${BENCH_SW_TG:-$SW_TG}
+SW_PP=${BENCH_SW_PP:-$SW_PP} SW_TG=${BENCH_SW_TG:-$SW_TG} SW_ROUNDS=${BENCH_SW_ROUNDS:-$SW_ROUNDS}
+GEN_PAIRS=${BENCH_GEN_PAIRS:-$GEN_PAIRS}
 PFX=${BENCH_PFX:-$PFX} PFX_SUF=${BENCH_PFX_SUF:-$PFX_SUF} PFX_N=${BENCH_PFX_N:-$PFX_N} PFX_ROUNDS=${BENCH_PFX_ROUNDS:-$PFX_ROUNDS}
 say "# pagoda make bench, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n)"
 say "cpu: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1), $(nproc) cores; threads $T; quick=$QUICK, rounds $ROUNDS; prefill $PP, decode $TG, sweep \"$SWEEP\" x ($SW_PP + $SW_TG)"
@@ -242,7 +244,7 @@ for M in "$M8" "$M4"; do
 	GIB=$(awk -v s="$(stat -c %s "$M")" 'BEGIN { printf "%.2f", s / 1073741824 }')
 	say ""
 	say "## prefill ($PP-token prompt) and decode ($TG tokens, from an empty context and after the prompt), $mname ($GIB GiB), $T threads, $ROUNDS rounds"
-	say "round | load | pagoda run pp / tg@0 / tg@$PP | pagoda generate tg@$PP, TTFT | llama-bench pp / tg@0 / tg@$PP | node-llama-cpp pp / tg@0"
+	say "round | load | pagoda run pp / tg@0 / tg@$PP | llama-bench pp / tg@0 / tg@$PP | node-llama-cpp pp / tg@0"
 	: >"$W/rounds-$mname.txt"
 	r=1
 	while [ $r -le "$ROUNDS" ]; do
@@ -255,11 +257,6 @@ for M in "$M8" "$M4"; do
 		[ "$BW" != NA ] && p_bw=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 3)")
 		p_tg0=$(pagoda_run_short "$M")
 		p_tg0=${p_tg0:-NA}
-		g_tg=NA g_ttft=NA
-		if [ "$M" = "$M8" ]; then
-			set -- $(pagoda_gen "$SOCK_NOCACHE" "$PF")
-			g_tg=${3:-NA} g_ttft=${4:-NA}
-		fi
 		l_pp=NA l_tg=NA l_tgd=NA n_pp=NA n_tg=NA
 		if [ -n "$LLAMA_BIN" ]; then
 			set -- $(llama_bench "$M")
@@ -269,14 +266,14 @@ for M in "$M8" "$M4"; do
 			set -- $(llama_node "$M")
 			n_pp=${1:-NA} n_tg=${2:-NA}
 		fi
-		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\",\"membw_before_tg0\":\"$p_bw\"},\"pagoda_generate\":{\"tg\":\"$g_tg\",\"ttft_ms\":\"$g_ttft\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
-		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg0") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$g_tg"), $(fmt "$g_ttft") ms | $(fmt "$l_pp") / $(fmt "$l_tg") / $(fmt "$l_tgd") | $(fmt "$n_pp") / $(fmt "$n_tg")"
+		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\",\"membw_before_tg0\":\"$p_bw\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
+		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg0") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$l_pp") / $(fmt "$l_tg") / $(fmt "$l_tgd") | $(fmt "$n_pp") / $(fmt "$n_tg")"
 		best_pp=$(maxof "$l_pp" "$n_pp") best_tg=$(maxof "$l_tg" "$n_tg")
-		echo "$p_pp $p_tg0 $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg0" "$best_tg") $(ratio "$g_tg" "$p_tg") $(ratio "$g_ttft" "$p_ttft") $l_pp $l_tg $n_pp $n_tg $p_tg $l_tgd $(ratio "$p_tg" "$l_tgd") ${p_bw:-NA}" >>"$W/rounds-$mname.txt"
+		echo "$p_pp $p_tg0 $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg0" "$best_tg") NA NA $l_pp $l_tg $n_pp $n_tg $p_tg $l_tgd $(ratio "$p_tg" "$l_tgd") ${p_bw:-NA}" >>"$W/rounds-$mname.txt"
 		r=$((r + 1))
 	done
 	col() { awk -v c="$1" '$c != "NA" { print $c }' "$W/rounds-$mname.txt" | median; }
-	mp=$(col 1) mt=$(col 2) lp=$(col 3) lt=$(col 4) rp=$(col 5) rt=$(col 6) rg=$(col 7) rttft=$(col 8)
+	mp=$(col 1) mt=$(col 2) lp=$(col 3) lt=$(col 4) rp=$(col 5) rt=$(col 6)
 	mtd=$(col 13) ltd=$(col 14) rtd=$(col 15)
 	say "median pagoda: prefill $(fmt "$mp") tok/s, decode $(fmt "$mt") tok/s (after the prompt: $(fmt "$mtd")); llama.cpp (the stronger per round): prefill $(fmt "$lp"), decode $(fmt "$lt") (after the prompt, llama-bench -d $PP: $(fmt "$ltd"))"
 	say "median per-round ratios pagoda / llama.cpp: prefill ${rp}x (target >= 1.5), decode ${rt}x, decode after $PP tokens ${rtd}x (target >= 1.1)"
@@ -293,11 +290,41 @@ for M in "$M8" "$M4"; do
 		pfrac=$(awk -v wb="$WB" '$2 != "NA" && $16 != "NA" && $16 > 0 { printf "%.1f\n", 100 * $2 * wb / ($16 * 1e9) }' "$W/rounds-$mname.txt" | median)
 		say "  paired: each round's decode against the best of 3 probe passes just before it, median ${pfrac}% (probes $(awk '$16 != "NA" { printf "%s ", $16 }' "$W/rounds-$mname.txt")GB/s)"
 	fi
-	if [ "$M" = "$M8" ]; then
-		say "pagoda generate (daemon) / pagoda run, median of rounds: decode ${rg}x, TTFT ${rttft}x (target: within 3%)"
-	fi
-	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt gen_over_run=$rg bw_frac_paired=${pfrac:-NA}" >>"$SUMMARY"
+	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt bw_frac_paired=${pfrac:-NA}" >>"$SUMMARY"
 done
+
+# ---- the daemon against the engine in-process -------------------------------------
+# Adjacent pairs whose order alternates (run gen, gen run, ...): the host's
+# bandwidth drifts by a third within an hour, and rounds minutes apart
+# compared the two at different speeds.
+PF8=$W/prompt-$(basename "$M8" .gguf).txt
+say ""
+say "## pagoda generate (daemon, socket $SOCK_NOCACHE) against pagoda run (in-process), $(basename "$M8" .gguf), $PP-token prompt + $TG tokens, $GEN_PAIRS adjacent pairs"
+say "pair | load | run decode tok/s, TTFT ms | generate decode tok/s, TTFT ms | gen/run decode, TTFT"
+: >"$W/gen-run.txt"
+i=1
+while [ $i -le "$GEN_PAIRS" ]; do
+	ld=$(loadavg | cut -d' ' -f1)
+	if [ $((i % 2)) -eq 1 ]; then
+		a=$(pagoda_run "$M8" "$PF8")
+		b=$(pagoda_gen "$SOCK_NOCACHE" "$PF8")
+	else
+		b=$(pagoda_gen "$SOCK_NOCACHE" "$PF8")
+		a=$(pagoda_run "$M8" "$PF8")
+	fi
+	set -- $a
+	r_tg=${4:-NA} r_ttft=${5:-NA}
+	set -- $b
+	g_tg=${3:-NA} g_ttft=${4:-NA}
+	record "{\"what\":\"gen_vs_run\",\"pair\":$i,\"load\":\"$ld\",\"run\":{\"tg\":\"$r_tg\",\"ttft_ms\":\"$r_ttft\"},\"generate\":{\"tg\":\"$g_tg\",\"ttft_ms\":\"$g_ttft\"}}"
+	echo "$(ratio "$g_tg" "$r_tg") $(ratio "$g_ttft" "$r_ttft")" >>"$W/gen-run.txt"
+	say "$i | $ld | $(fmt "$r_tg"), $(fmt "$r_ttft") | $(fmt "$g_tg"), $(fmt "$g_ttft") | $(ratio "$g_tg" "$r_tg"), $(ratio "$g_ttft" "$r_ttft")"
+	i=$((i + 1))
+done
+rg=$(awk '$1 != "NA" { print $1 }' "$W/gen-run.txt" | median)
+rttft=$(awk '$2 != "NA" { print $2 }' "$W/gen-run.txt" | median)
+say "median of pair ratios, generate / run: decode ${rg}x, TTFT ${rttft}x (target: within 3%)"
+echo "gen_over_run decode=$rg ttft=$rttft pairs=$GEN_PAIRS" >>"$SUMMARY"
 
 # ---- what bounds Q8_0 decode ------------------------------------------------------
 # The token's matmuls against a plain read of the same weights with the same
@@ -312,29 +339,37 @@ fi
 
 # ---- concurrency sweep ------------------------------------------------------------
 say ""
-say "## concurrency sweep, $(basename "$M8" .gguf): N streams x 1 request, prompt $SW_PP, output $SW_TG (pagoda-bench vs llama-batched-bench -npp $SW_PP -ntg $SW_TG)"
-say "N | load | pagoda out tok/s (wall) | pagoda decode tok/s (sum of streams) | TTFT p50/p99 ms | ITL p50/p99 ms | llama S_TG | llama S (all) | decode ratio"
+say "## concurrency sweep, $(basename "$M8" .gguf): N streams x 1 request, prompt $SW_PP, output $SW_TG (pagoda-bench vs llama-batched-bench -npp $SW_PP -ntg $SW_TG), $SW_ROUNDS rounds, the engines alternating"
+say "N | round | load | pagoda out tok/s (wall) | pagoda decode tok/s (sum of streams) | TTFT p50/p99 ms | ITL p50/p99 ms | llama S_TG | llama S (all) | decode ratio"
+run_pagoda_sweep() {
+	PJ=$("$B/pagoda-bench" load --socket "$SOCK_CACHE" -q --json -c "$N" -n "$N" -p "$SW_PP" -o "$SW_TG" --seed "$N" --label "sweep-$N")
+	record "$PJ"
+}
+run_llama_sweep() {
+	LJ=
+	[ -n "$LLAMA_BIN" ] || return 0
+	LJ=$("$LLAMA_BIN/llama-batched-bench" -m "$M8" -c $((N * (SW_PP + SW_TG) + 256)) -b 2048 -ub 512 \
+		-npp "$SW_PP" -ntg "$SW_TG" -npl "$N" -t "$T" -tb "$T" --output-format jsonl 2>>"$W/llama-batched.err" | grep '"speed_tg"' | tail -n1)
+	record "{\"what\":\"llama-batched-bench\",\"npl\":$N,\"r\":${LJ:-null}}"
+}
 i=0
 for N in $SWEEP; do
-	ld=$(loadavg | cut -d' ' -f1)
-	run_pagoda_sweep() {
-		PJ=$("$B/pagoda-bench" load --socket "$SOCK_CACHE" -q --json -c "$N" -n "$N" -p "$SW_PP" -o "$SW_TG" --seed "$N" --label "sweep-$N")
-		record "$PJ"
-	}
-	run_llama_sweep() {
-		LJ=
-		[ -n "$LLAMA_BIN" ] || return 0
-		LJ=$("$LLAMA_BIN/llama-batched-bench" -m "$M8" -c $((N * (SW_PP + SW_TG) + 256)) -b 2048 -ub 512 \
-			-npp "$SW_PP" -ntg "$SW_TG" -npl "$N" -t "$T" -tb "$T" --output-format jsonl 2>>"$W/llama-batched.err" | grep '"speed_tg"' | tail -n1)
-		record "{\"what\":\"llama-batched-bench\",\"npl\":$N,\"r\":${LJ:-null}}"
-	}
-	# alternate which engine goes first
-	if [ $((i % 2)) -eq 0 ]; then run_pagoda_sweep; run_llama_sweep; else run_llama_sweep; run_pagoda_sweep; fi
-	i=$((i + 1))
-	pout=$(jget output_tok_per_s "$PJ") pdec=$(jget sum_stream_decode_tok_per_s "$PJ")
-	lstg=$(jget speed_tg "$LJ") ls=$(jget speed "$LJ")
-	say "$N | $ld | $(fmt "$pout") | $(fmt "$pdec") | $(fmt "$(jsub ttft_ms p50 "$PJ")") / $(fmt "$(jsub ttft_ms p99 "$PJ")") | $(fmt "$(jsub itl_ms p50 "$PJ")") / $(fmt "$(jsub itl_ms p99 "$PJ")") | $(fmt "$lstg") | $(fmt "$ls") | $(ratio "$pdec" "$lstg") (wall: $(ratio "$pout" "$lstg"))"
-	echo "sweep$N pagoda_out=$pout pagoda_decode=$pdec llama_tg=$lstg ratio=$(ratio "$pdec" "$lstg")" >>"$SUMMARY"
+	: >"$W/sweep-$N.txt"
+	r=1
+	while [ $r -le "$SW_ROUNDS" ]; do
+		ld=$(loadavg | cut -d' ' -f1)
+		# alternate which engine goes first
+		if [ $((i % 2)) -eq 0 ]; then run_pagoda_sweep; run_llama_sweep; else run_llama_sweep; run_pagoda_sweep; fi
+		i=$((i + 1))
+		pout=$(jget output_tok_per_s "$PJ") pdec=$(jget sum_stream_decode_tok_per_s "$PJ")
+		lstg=$(jget speed_tg "$LJ") ls=$(jget speed "$LJ")
+		echo "$pout $pdec ${lstg:-NA} $(ratio "$pdec" "$lstg")" >>"$W/sweep-$N.txt"
+		say "$N | $r | $ld | $(fmt "$pout") | $(fmt "$pdec") | $(fmt "$(jsub ttft_ms p50 "$PJ")") / $(fmt "$(jsub ttft_ms p99 "$PJ")") | $(fmt "$(jsub itl_ms p50 "$PJ")") / $(fmt "$(jsub itl_ms p99 "$PJ")") | $(fmt "$lstg") | $(fmt "$ls") | $(ratio "$pdec" "$lstg") (wall: $(ratio "$pout" "$lstg"))"
+		r=$((r + 1))
+	done
+	scol() { awk -v c="$1" '$c != "NA" && $c != "" { print $c }' "$W/sweep-$N.txt" | median; }
+	[ "$SW_ROUNDS" -gt 1 ] && say "$N | median | | $(fmt "$(scol 1)") | $(fmt "$(scol 2)") | | | $(fmt "$(scol 3)") | | $(scol 4) (median of the rounds' ratios)"
+	echo "sweep$N pagoda_out=$(scol 1) pagoda_decode=$(scol 2) llama_tg=$(scol 3) ratio=$(scol 4) rounds=$SW_ROUNDS" >>"$SUMMARY"
 done
 say "(target at 16 streams: pagoda >= 2x llama.cpp's batched decode)"
 

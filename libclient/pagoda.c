@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #define SPIN_ITERS 2000
+/* A wait that ends sooner than this would have ended inside the spin. */
+#define SPIN_WORTH_NS 30000
 #define SLEEP_SLICE_MS 200
 #define FULL_WAIT_MS 1000
 #define NREC 1024 /* live arena allocations */
@@ -52,6 +54,7 @@ struct pagoda {
 	pthread_mutex_t con_lock; /* CQ consumer */
 	uint32_t cq_head;
 	bool pending; /* the last returned CQE is released on the next call */
+	bool sleep_first; /* the last wait outlasted a spin: skip the next one */
 	char msg[PG_MSG_LEN + 1];
 
 	_Atomic int inflight;
@@ -122,11 +125,16 @@ void pagoda_params_init(struct pagoda_params *p)
 	p->seed = 0;
 }
 
-static uint64_t now_ms(void)
+static uint64_t now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ms(void)
+{
+	return now_ns() / 1000000;
 }
 
 /* The socket is only ever readable at hang-up (the daemon sends nothing). */
@@ -629,7 +637,11 @@ int pagoda_next(pagoda_t *pg, struct pagoda_event *ev, int timeout_ms)
 		return PAGODA_E_BUSY;
 	release_pending(pg);
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ms() + (uint64_t)timeout_ms;
-	int rc, spins = 0;
+	/* Spin only while events come closer together than a spin lasts.
+	 * A stream of tokens a step apart would otherwise spin for nothing
+	 * before every token, on the cores the daemon computes on. */
+	int rc, spins = pg->sleep_first ? SPIN_ITERS : 0;
+	uint64_t t_empty = 0;
 	for (;;) {
 		uint32_t ready = pg_ring_ready(pg->cqc, pg->cq_head);
 		if (ready > pg->lay.cq_entries) {
@@ -637,11 +649,15 @@ int pagoda_next(pagoda_t *pg, struct pagoda_event *ev, int timeout_ms)
 			break;
 		}
 		if (ready) {
+			if (t_empty)
+				pg->sleep_first = now_ns() - t_empty > SPIN_WORTH_NS;
 			rc = parse_cqe(pg, ev);
 			if (rc == 0)
 				pg->pending = true;
 			break;
 		}
+		if (!t_empty && timeout_ms != 0)
+			t_empty = now_ns();
 		if (spins < SPIN_ITERS && timeout_ms != 0) {
 			spins++;
 			__builtin_ia32_pause();
@@ -656,6 +672,8 @@ int pagoda_next(pagoda_t *pg, struct pagoda_event *ev, int timeout_ms)
 		}
 		uint64_t now = now_ms();
 		if (now >= deadline) {
+			if (timeout_ms != 0)
+				pg->sleep_first = true;
 			rc = timeout_ms == 0 ? PAGODA_E_AGAIN : PAGODA_E_TIMEOUT;
 			break;
 		}
