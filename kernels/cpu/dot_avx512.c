@@ -351,6 +351,18 @@ static void gemm16_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, 
 		_mm512_storeu_ps(s + (size_t)r * bs, _mm512_sub_ps(acc[r], accm[r]));
 }
 
+/* Q2_K from two activation rows up: pairs on 512-bit vectors
+ * (q2_K_avx512.c). One row (decode), and an odd last one, stay on the
+ * 256-bit kernel. */
+static void gemv_q2_K_x512(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs)
+{
+	const int even = nr & ~1;
+	if (even)
+		pg_gemv_q2_K_pairs_avx512(k, w, x, bx, even, s, bs);
+	if (nr & 1)
+		gemv_q2_K(k, w, (const char *)x + (size_t)even * bx, bx, 1, s + (size_t)even * bs, bs);
+}
+
 /* Two or more activation rows of Q8_0: packed pairs on 512-bit vectors.
  * One row (decode) stays on the 256-bit kernel: it is bound by memory. */
 static const struct pg_act_pack q8_0_pairs = {
@@ -371,7 +383,7 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_Q5_0] = gemv_q5_0,
 		[PG_TYPE_Q5_1] = gemv_q5_1,
 		[PG_TYPE_Q8_0] = gemv_q8_0,
-		[PG_TYPE_Q2_K] = gemv_q2_K,
+		[PG_TYPE_Q2_K] = gemv_q2_K_x512,
 		[PG_TYPE_Q3_K] = gemv_q3_K,
 		[PG_TYPE_Q4_K] = gemv_q4_K,
 		[PG_TYPE_Q5_K] = gemv_q5_K,
