@@ -15,10 +15,17 @@
  *   - two activation rows share each instruction (row a in the low half,
  *     row b in the high half), so the weight work of a run is done once
  *     per pair.
+ * Where the matmul packs the activations (n % 8 == 0, m >= 2), each pair's
+ * runs lie side by side once per matmul, and 8 weight rows go two at a
+ * time against up to 4 pairs: a load of activations serves two weight
+ * rows, a row's unpacking serves 4 pairs. Otherwise the rows are read as
+ * they are, up to 2 pairs against one weight row.
  */
 #include <immintrin.h>
 
 #include "kernels/cpu/cpu.h"
+
+#include <string.h>
 
 #define AI static inline __attribute__((always_inline))
 
@@ -30,6 +37,28 @@ AI float hsum8(__m256 v)
 	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
 	s = _mm_add_ss(s, _mm_movehdup_ps(s));
 	return _mm_cvtss_f32(s);
+}
+
+/* A super-block's weight work: group g's word in lane g of tables, bytes
+ * (0, s, 2s, 3s) (s <= 15: no carries), and the 16 mins as i16, twice. */
+AI void weight_prep(const block_q2_K *b, __m512i *tables, __m512i *mins)
+{
+	const __m128i lo4 = _mm_set1_epi8(0xF);
+	const __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
+	*tables = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(packed, lo4)), _mm512_set1_epi32(0x03020100));
+	*mins = _mm512_broadcast_i64x4(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), lo4)));
+}
+
+/* Run 4j + p of the super-block (its levels at bits 2p of qs[32j..]) as
+ * level·scale, in both halves: bytes 0-15 are group 8j + 2p, 16-31 the
+ * next. */
+AI __m512i scaled_levels(__m512i tables, __m512i bits, int j, int p)
+{
+	const int g = 8 * j + 2 * p;
+	const __m512i gi =
+		_mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g, g, g, g, g + 1, g + 1, g + 1, g + 1);
+	return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gi, tables),
+				   _mm512_and_si512(_mm512_srli_epi16(bits, 2 * p), _mm512_set1_epi8(3)));
 }
 
 /* 32 bytes of row a's block, 32 of row b's, at the same offset */
@@ -49,22 +78,17 @@ AI __m512 pair_d(float da, float db)
  * 2q + 1 of x). */
 AI void q2_K_pairs(int64_t k, const block_q2_K *w, const void *x, size_t bx, const int NP, float *s, size_t bs)
 {
-	const __m512i m3 = _mm512_set1_epi8(3);
-	const __m512i lo4 = _mm512_set1_epi8(0xF);
 	__m512 acc[2];
+	#pragma GCC unroll 2
 	for (int q = 0; q < NP; q++)
 		acc[q] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < k / QK_K; i++) {
 		const block_q2_K *b = w + i;
 		_mm_prefetch((const char *)(b + 2), _MM_HINT_T0);
-		const __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
-		/* group g's word: bytes (0, s, 2s, 3s), s <= 15 so no carries */
-		const __m512i tables = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(packed, _mm512_castsi512_si128(lo4))),
-							  _mm512_set1_epi32(0x03020100));
-		const __m512i mins = _mm512_broadcast_i64x4(
-			_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm512_castsi512_si128(lo4))));
+		__m512i tables, mins, isum[2];
+		weight_prep(b, &tables, &mins);
 		const float dw = _cvtsh_ss(b->d), dminw = _cvtsh_ss(b->dmin);
-		__m512i isum[2];
+		#pragma GCC unroll 2
 		for (int q = 0; q < NP; q++) {
 			const block_q8_K *ya = YB(x, bx, 2 * q) + i, *yb = YB(x, bx, 2 * q + 1) + i;
 			const __m512i prod = _mm512_madd_epi16(mins, pair_load(ya->bsums, yb->bsums));
@@ -77,13 +101,8 @@ AI void q2_K_pairs(int64_t k, const block_q2_K *w, const void *x, size_t bx, con
 			const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * j)));
 			#pragma GCC unroll 4
 			for (int p = 0; p < 4; p++) {
-				/* bytes 0-15 of the run are group 8j + 2p, 16-31 the next */
-				const int g = 8 * j + 2 * p;
-				const __m512i tbl = _mm512_permutexvar_epi32(
-					_mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g, g, g, g, g + 1, g + 1, g + 1, g + 1),
-					tables);
-				const __m512i lv = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * p), m3);
-				const __m512i ls = _mm512_shuffle_epi8(tbl, lv);
+				const __m512i ls = scaled_levels(tables, bits, j, p);
+				#pragma GCC unroll 2
 				for (int q = 0; q < NP; q++) {
 					const block_q8_K *ya = YB(x, bx, 2 * q) + i, *yb = YB(x, bx, 2 * q + 1) + i;
 					const int off = 128 * j + 32 * p;
@@ -91,12 +110,14 @@ AI void q2_K_pairs(int64_t k, const block_q2_K *w, const void *x, size_t bx, con
 				}
 			}
 		}
+		#pragma GCC unroll 2
 		for (int q = 0; q < NP; q++) {
 			const float da = YB(x, bx, 2 * q)[i].d, db = YB(x, bx, 2 * q + 1)[i].d;
 			const __m512 d = _mm512_mul_ps(pair_d(da, db), _mm512_set1_ps(dw));
 			acc[q] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[q]), acc[q]);
 		}
 	}
+	#pragma GCC unroll 2
 	for (int q = 0; q < NP; q++) {
 		s[(size_t)(2 * q) * bs] = hsum8(_mm512_castps512_ps256(acc[q]));
 		s[(size_t)(2 * q + 1) * bs] = hsum8(_mm512_extractf32x8_ps(acc[q], 1));
@@ -110,4 +131,147 @@ void pg_gemv_q2_K_pairs_avx512(int64_t k, const void *w, const void *x, size_t b
 		q2_K_pairs(k, w, x, bx, 2, s, bs);
 	else
 		q2_K_pairs(k, w, x, bx, 1, s, bs);
+}
+
+/* ---- packed pairs: the activations laid out once per matmul ------------ */
+
+/* A pair of Q8_K rows (a, b), per super-block: Y, the 8 runs of 32
+ * activations as [a's run | b's run] (64 bytes each, run r = elements
+ * 32r..32r+31); B, [a's bsums | b's bsums]; D, a's d and b's d. */
+struct q2k_pair_layout {
+	size_t y, b, d, stride;
+};
+
+AI struct q2k_pair_layout layout(int64_t nb)
+{
+	struct q2k_pair_layout l = { 0, (size_t)nb * 512, (size_t)nb * 576, (size_t)nb * 584 };
+	return l;
+}
+
+size_t pg_q2_K_pair_bytes_avx512(int64_t k)
+{
+	return layout(k / QK_K).stride;
+}
+
+/* Rows 2p and 2p+1 (an odd last row with itself) of xq into pair p. */
+void pg_q2_K_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride)
+{
+	const int64_t nb = k / QK_K;
+	const struct q2k_pair_layout l = layout(nb);
+	for (int64_t p = 0; p < (m + 1) / 2; p++) {
+		const block_q8_K *a = YB(xq, xrow, 2 * p), *b = YB(xq, xrow, 2 * p + 1 < m ? 2 * p + 1 : 2 * p);
+		char *base = (char *)dst + (size_t)p * pstride;
+		for (int64_t i = 0; i < nb; i++) {
+			for (int r = 0; r < 8; r++) {
+				memcpy(base + l.y + 512 * i + 64 * r, a[i].qs + 32 * r, 32);
+				memcpy(base + l.y + 512 * i + 64 * r + 32, b[i].qs + 32 * r, 32);
+			}
+			memcpy(base + l.b + 64 * i, a[i].bsums, 32);
+			memcpy(base + l.b + 64 * i + 32, b[i].bsums, 32);
+			float *d = (float *)(base + l.d) + 2 * i;
+			d[0] = a[i].d;
+			d[1] = b[i].d;
+		}
+	}
+}
+
+/* a's d in lanes 0-7, b's in 8-15, from D */
+AI __m512 pair_dy(const char *pq, const struct q2k_pair_layout *l, int64_t i)
+{
+	const __m512i dperm = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+	return _mm512_permutexvar_ps(dperm, _mm512_castps128_ps512(_mm_castpd_ps(
+						    _mm_load_sd((const double *)(pq + l->d) + i))));
+}
+
+/* Two weight rows (w, and w + bw) against NP packed pairs starting at x
+ * (stride ps): each activation load serves both rows. */
+AI void q2_K_rows2(int64_t nb, const block_q2_K *w, size_t bw, const char *x, size_t ps, const int NP,
+		   float (*out)[2][2])
+{
+	const struct q2k_pair_layout l = layout(nb);
+	__m512 acc[2][PG_PACK_PAIRS];
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++)
+			acc[h][q] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		const block_q2_K *b[2] = { w + i, (const block_q2_K *)((const char *)w + bw) + i };
+		__m512i tables[2];
+		__m512i isum[2][PG_PACK_PAIRS];
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++) {
+			_mm_prefetch((const char *)(b[h] + 2), _MM_HINT_T0);
+			__m512i mins;
+			weight_prep(b[h], &tables[h], &mins);
+			const __m512 dminw = _mm512_set1_ps(_cvtsh_ss(b[h]->dmin));
+			#pragma GCC unroll 4
+			for (int q = 0; q < NP; q++) {
+				const char *pq = x + (size_t)q * ps;
+				const __m512i prod = _mm512_madd_epi16(mins, _mm512_loadu_si512(pq + l.b + 64 * i));
+				const __m512 dmin =
+					_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), pair_dy(pq, &l, i)), dminw);
+				acc[h][q] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(prod), acc[h][q]);
+				isum[h][q] = _mm512_setzero_si512();
+			}
+		}
+		#pragma GCC unroll 2
+		for (int j = 0; j < 2; j++) {
+			__m512i bits[2];
+			#pragma GCC unroll 4
+			for (int h = 0; h < 2; h++)
+				bits[h] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[h]->qs + 32 * j)));
+			#pragma GCC unroll 4
+			for (int p = 0; p < 4; p++) {
+				const __m512i ls[2] = { scaled_levels(tables[0], bits[0], j, p),
+							scaled_levels(tables[1], bits[1], j, p) };
+				#pragma GCC unroll 4
+				for (int q = 0; q < NP; q++) {
+					const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l.y + 512 * i + 64 * (4 * j + p));
+					isum[0][q] = _mm512_dpbusd_epi32(isum[0][q], ls[0], y);
+					isum[1][q] = _mm512_dpbusd_epi32(isum[1][q], ls[1], y);
+				}
+			}
+		}
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++) {
+			const __m512 dw = _mm512_set1_ps(_cvtsh_ss(b[h]->d));
+			#pragma GCC unroll 4
+			for (int q = 0; q < NP; q++) {
+				const char *pq = x + (size_t)q * ps;
+				acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(pair_dy(pq, &l, i), dw),
+							    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
+			}
+		}
+	}
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++) {
+			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q]));
+			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1));
+		}
+}
+
+/* pg_gemv8_fn over packed pairs (nr <= 2 * PG_PACK_PAIRS): x is the tile's
+ * first pair, the pair stride 2 * bx. */
+void pg_gemv8_q2_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+				size_t bs)
+{
+	const int64_t nb = k / QK_K;
+	const int np = (nr + 1) / 2;
+	for (int j = 0; j < 8; j += 2) {
+		float out[PG_PACK_PAIRS][2][2];
+		const block_q2_K *wj = (const block_q2_K *)((const char *)w + (size_t)j * bw);
+		switch (np) {
+		case 1: q2_K_rows2(nb, wj, bw, x, 2 * bx, 1, out); break;
+		case 2: q2_K_rows2(nb, wj, bw, x, 2 * bx, 2, out); break;
+		case 3: q2_K_rows2(nb, wj, bw, x, 2 * bx, 3, out); break;
+		default: q2_K_rows2(nb, wj, bw, x, 2 * bx, 4, out); break;
+		}
+		for (int r = 0; r < nr; r++) {
+			s[(size_t)r * bs + j] = out[r / 2][0][r % 2];
+			s[(size_t)r * bs + j + 1] = out[r / 2][1][r % 2];
+		}
+	}
 }

@@ -1024,8 +1024,12 @@ START_TEST(test_q23_K_order_is_ggml)
 	save_isa();
 	struct pg_pool *pool = pg_pool_create(3);
 	ck_assert_ptr_nonnull(pool);
-	const int64_t n = 20, m = 6, k = 3 * QK_K;
+	/* n = 20: row by row; n = 24: 8 rows at a time, where AVX-512 packs
+	 * Q2_K's activations in pairs (m = 11: a tile of 8, then 3, odd) */
+	const int64_t k = 3 * QK_K;
+	for (int shape = 0; shape < 2; shape++)
 	for (int three = 0; three < 2; three++) {
+		const int64_t n = shape ? 24 : 20, m = shape ? 11 : 6;
 		const uint32_t t = three ? PG_TYPE_Q3_K : PG_TYPE_Q2_K;
 		const size_t wr = pg_row_size(t, (uint64_t)k), xr = pg_act_row_size(t, k);
 		void *W = make_weights(t, n, k, NULL);
@@ -1048,8 +1052,8 @@ START_TEST(test_q23_K_order_is_ggml)
 						const float want = ggml_q23_K_dot((const char *)W + (size_t)j * wr,
 										  (const void *)(Xq + (size_t)r * xr),
 										  k / QK_K, three);
-						ck_assert_msg(Y[r * n + j] == want, "%s %s v=%d row %ld col %ld: %a != %a",
-							      pg_type_name(t), all_isas[a], v, (long)r, (long)j,
+						ck_assert_msg(Y[r * n + j] == want, "%s %s n=%ld v=%d row %ld col %ld: %a != %a",
+							      pg_type_name(t), all_isas[a], (long)n, v, (long)r, (long)j,
 							      Y[r * n + j], want);
 					}
 			}
