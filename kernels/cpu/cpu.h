@@ -110,12 +110,15 @@ struct pg_act_pack {
 	pg_gemv8_fn gemv8;
 };
 
-/* Q2_K against an even number (2 or 4) of Q8_K rows on 512-bit vectors
- * (q2_K_avx512.c), a pg_gemv_fn otherwise. */
+/* Q2_K and Q3_K against Q8_K rows on 512-bit vectors (q23_K_avx512.c):
+ * Q2_K against an even number (2 or 4) of rows as they are, otherwise a
+ * pg_gemv_fn; both as pg_act_pack pairs (pack shared: Q8_K rows). */
 void pg_gemv_q2_K_pairs_avx512(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs);
-size_t pg_q2_K_pair_bytes_avx512(int64_t k);
-void pg_q2_K_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride);
+size_t pg_q8_K_pair_bytes_avx512(int64_t k);
+void pg_q8_K_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride);
 void pg_gemv8_q2_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+				size_t bs);
+void pg_gemv8_q3_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 				size_t bs);
 /* Q8_0 on 512-bit vectors (q8_0_avx512.c): rows in pairs. */
 size_t pg_q8_0_pair_bytes_avx512(int64_t k);

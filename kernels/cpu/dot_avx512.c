@@ -352,7 +352,7 @@ static void gemm16_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, 
 }
 
 /* Q2_K from two activation rows up: pairs on 512-bit vectors
- * (q2_K_avx512.c). One row (decode), and an odd last one, stay on the
+ * (q23_K_avx512.c). One row (decode), and an odd last one, stay on the
  * 256-bit kernel. */
 static void gemv_q2_K_x512(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs)
 {
@@ -373,9 +373,24 @@ static void gemv8_q2_K_rows(int64_t k, const void *w, size_t bw, const void *x, 
 
 static const struct pg_act_pack q2_K_pairs = {
 	.rows = 2,
-	.unit_bytes = pg_q2_K_pair_bytes_avx512,
-	.pack = pg_q2_K_pack_pairs_avx512,
+	.unit_bytes = pg_q8_K_pair_bytes_avx512,
+	.pack = pg_q8_K_pack_pairs_avx512,
 	.gemv8 = pg_gemv8_q2_K_pairs_avx512,
+};
+
+/* Eight Q3_K rows one at a time: decode (packed pairs take m >= 2). */
+static void gemv8_q3_K_rows(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+			    size_t bs)
+{
+	for (int j = 0; j < 8; j++)
+		gemv_q3_K(k, (const char *)w + (size_t)j * bw, x, bx, nr, s + j, bs);
+}
+
+static const struct pg_act_pack q3_K_pairs = {
+	.rows = 2,
+	.unit_bytes = pg_q8_K_pair_bytes_avx512,
+	.pack = pg_q8_K_pack_pairs_avx512,
+	.gemv8 = pg_gemv8_q3_K_pairs_avx512,
 };
 
 /* Two or more activation rows of Q8_0: packed pairs on 512-bit vectors.
@@ -411,6 +426,7 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_IQ4_NL] = gemv8_iq4_nl,
 		[PG_TYPE_Q8_0] = gemv8_q8_0,
 		[PG_TYPE_Q2_K] = gemv8_q2_K_rows,
+		[PG_TYPE_Q3_K] = gemv8_q3_K_rows,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
 	},
@@ -441,6 +457,7 @@ const struct pg_kern pg_kern_avx512 = {
 	.act_pack = {
 		[PG_TYPE_Q8_0] = &q8_0_pairs,
 		[PG_TYPE_Q2_K] = &q2_K_pairs,
+		[PG_TYPE_Q3_K] = &q3_K_pairs,
 	},
 	.softmax = pg_softmax_avx512,
 	.swiglu = pg_swiglu_avx512,

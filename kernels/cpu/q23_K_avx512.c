@@ -1,5 +1,6 @@
-/* kernels/cpu/q2_K_avx512.c — Q2_K weights against pairs of Q8_K
- * activation rows on 512-bit vectors (prompts, batched decode).
+/* kernels/cpu/q23_K_avx512.c — Q2_K and Q3_K weights against pairs of
+ * Q8_K activation rows on 512-bit vectors (prompts, batched decode).
+ * Q3_K's form is described at q3_K_rows2; Q2_K's here.
  *
  * The float order is ggml_vec_dot_q2_K_q8_K's (AVX2) for every output:
  * per super-block, acc = fma(-dy·dmin, (float)mins lanes, acc), then
@@ -148,13 +149,13 @@ AI struct q2k_pair_layout layout(int64_t nb)
 	return l;
 }
 
-size_t pg_q2_K_pair_bytes_avx512(int64_t k)
+size_t pg_q8_K_pair_bytes_avx512(int64_t k)
 {
 	return layout(k / QK_K).stride;
 }
 
 /* Rows 2p and 2p+1 (an odd last row with itself) of xq into pair p. */
-void pg_q2_K_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride)
+void pg_q8_K_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride)
 {
 	const int64_t nb = k / QK_K;
 	const struct q2k_pair_layout l = layout(nb);
@@ -268,6 +269,115 @@ void pg_gemv8_q2_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void 
 		case 2: q2_K_rows2(nb, wj, bw, x, 2 * bx, 2, out); break;
 		case 3: q2_K_rows2(nb, wj, bw, x, 2 * bx, 3, out); break;
 		default: q2_K_rows2(nb, wj, bw, x, 2 * bx, 4, out); break;
+		}
+		for (int r = 0; r < nr; r++) {
+			s[(size_t)r * bs + j] = out[r / 2][0][r % 2];
+			s[(size_t)r * bs + j + 1] = out[r / 2][1][r % 2];
+		}
+	}
+}
+
+/* ---- Q3_K from the same packed pairs -------------------------------------
+ * ggml_vec_dot_q3_K_q8_K's order: per super-block one FMA per lane of
+ * dy·dw·(lane sum), lane l the sum over runs of the group's scale s times
+ * the products of elements 4l..4l+3, a level being low - 4 where its hmask
+ * bit is clear (-4..3). Here a level goes in as l' = level + 4 (0..7,
+ * unsigned), the accumulator of its dot product starts at -4·(the lane's
+ * activations), so vpdpbusd gives the lane's Σ level·y exactly (|·| <=
+ * 2048: an i16), and vpdpwssd multiplies it by s (the low half of a
+ * dword, the high half 0) into the sum: two multiply ops where ggml's
+ * form takes three, for two activation rows at once. */
+AI void q3_K_rows2(int64_t nb, const block_q3_K *w, size_t bw, const char *x, size_t ps, const int NP,
+		   float (*out)[2][2])
+{
+	const struct q2k_pair_layout l = layout(nb);
+	const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1), four = _mm512_set1_epi8(4);
+	__m512 acc[2][PG_PACK_PAIRS];
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++)
+			acc[h][q] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		const block_q3_K *b[2] = { w + i, (const block_q3_K *)((const char *)w + bw) + i };
+		__m512i sdw[2], hb[2], isum[2][PG_PACK_PAIRS];
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++) {
+			_mm_prefetch((const char *)(b[h] + 2), _MM_HINT_T0);
+			uint32_t u[4];
+			pg_q3_K_scale_words(b[h]->scales, u);
+			const __m128i sc8 = _mm_sub_epi8(_mm_setr_epi32((int)u[0], (int)u[1], (int)u[2], (int)u[3]),
+							 _mm_set1_epi8(32));
+			sdw[h] = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), _mm512_set1_epi32(0xFFFF));
+			hb[h] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[h]->hmask));
+			#pragma GCC unroll 4
+			for (int q = 0; q < NP; q++)
+				isum[h][q] = _mm512_setzero_si512();
+		}
+		#pragma GCC unroll 2
+		for (int j = 0; j < 2; j++) {
+			__m512i bits[2];
+			#pragma GCC unroll 4
+			for (int h = 0; h < 2; h++)
+				bits[h] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[h]->qs + 32 * j)));
+			#pragma GCC unroll 4
+			for (int p = 0; p < 4; p++) {
+				const int g = 8 * j + 2 * p;
+				const __m512i gi = _mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g, g, g, g,
+								     g + 1, g + 1, g + 1, g + 1);
+				__m512i lv[2], sv[2];
+				#pragma GCC unroll 4
+				for (int h = 0; h < 2; h++) {
+					const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(bits[h], 2 * p), m3);
+					const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(hb[h], 4 * j + p), one);
+					lv[h] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 2));
+					sv[h] = _mm512_permutexvar_epi32(gi, sdw[h]);
+				}
+				#pragma GCC unroll 4
+				for (int q = 0; q < NP; q++) {
+					const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l.y + 512 * i + 64 * (4 * j + p));
+					const __m512i c = _mm512_sub_epi32(_mm512_setzero_si512(),
+									   _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, y));
+					#pragma GCC unroll 4
+					for (int h = 0; h < 2; h++)
+						isum[h][q] = _mm512_dpwssd_epi32(isum[h][q], _mm512_dpbusd_epi32(c, lv[h], y),
+										 sv[h]);
+				}
+			}
+		}
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++) {
+			const __m512 dw = _mm512_set1_ps(_cvtsh_ss(b[h]->d));
+			#pragma GCC unroll 4
+			for (int q = 0; q < NP; q++) {
+				const char *pq = x + (size_t)q * ps;
+				acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(pair_dy(pq, &l, i), dw),
+							    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
+			}
+		}
+	}
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++) {
+			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q]));
+			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1));
+		}
+}
+
+void pg_gemv8_q3_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+				size_t bs)
+{
+	const int64_t nb = k / QK_K;
+	const int np = (nr + 1) / 2;
+	for (int j = 0; j < 8; j += 2) {
+		float out[PG_PACK_PAIRS][2][2];
+		const block_q3_K *wj = (const block_q3_K *)((const char *)w + (size_t)j * bw);
+		switch (np) {
+		case 1: q3_K_rows2(nb, wj, bw, x, 2 * bx, 1, out); break;
+		case 2: q3_K_rows2(nb, wj, bw, x, 2 * bx, 2, out); break;
+		case 3: q3_K_rows2(nb, wj, bw, x, 2 * bx, 3, out); break;
+		default: q3_K_rows2(nb, wj, bw, x, 2 * bx, 4, out); break;
 		}
 		for (int r = 0; r < nr; r++) {
 			s[(size_t)r * bs + j] = out[r / 2][0][r % 2];
