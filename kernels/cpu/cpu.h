@@ -118,6 +118,7 @@ size_t pg_q8_K_pair_bytes_avx512(int64_t k);
 void pg_q8_K_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride);
 void pg_gemv8_q2_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 				size_t bs);
+void pg_gemv_q2_K_row_avx512(int64_t k, const void *w, const void *x, float *s);
 void pg_gemv8_q3_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 				size_t bs);
 /* Q8_0 on 512-bit vectors (q8_0_avx512.c): rows in pairs. */

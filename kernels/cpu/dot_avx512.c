@@ -360,7 +360,7 @@ static void gemv_q2_K_x512(int64_t k, const void *w, const void *x, size_t bx, i
 	if (even)
 		pg_gemv_q2_K_pairs_avx512(k, w, x, bx, even, s, bs);
 	if (nr & 1)
-		gemv_q2_K(k, w, (const char *)x + (size_t)even * bx, bx, 1, s + (size_t)even * bs, bs);
+		pg_gemv_q2_K_row_avx512(k, w, (const char *)x + (size_t)even * bx, s + (size_t)even * bs);
 }
 
 /* Eight Q2_K rows one at a time: decode (packed pairs take m >= 2). */

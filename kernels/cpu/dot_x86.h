@@ -1202,6 +1202,7 @@ Q4KX8_KERNEL(gemm8_q4_K, 1, 1)
  * row count a compile-time constant, so the per-row arrays live in
  * registers. */
 #define X86_GEMV(NAME, CALL)                                                                         \
+	__attribute__((unused)) /* an ISA may replace one */                                          \
 	static void gemv_##NAME(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s,  \
 				size_t bs)                                                            \
 	{                                                                                             \

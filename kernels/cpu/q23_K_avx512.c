@@ -385,3 +385,47 @@ void pg_gemv8_q3_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void 
 		}
 	}
 }
+
+/* ---- one row (decode) --------------------------------------------------- */
+
+/* Q2_K against one Q8_K row: two runs per 512-bit instruction (runs 4j + p
+ * and 4j + p + 1 side by side, as the activations lie), the halves added
+ * at the end of each super-block into ggml's 8 lanes. */
+void pg_gemv_q2_K_row_avx512(int64_t k, const void *vw, const void *x, float *s)
+{
+	const block_q2_K *w = vw;
+	const block_q8_K *y = x;
+	const __m512i m3 = _mm512_set1_epi8(3);
+	const __m128i lo4 = _mm_set1_epi8(0xF);
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < k / QK_K; i++) {
+		const block_q2_K *b = w + i;
+		_mm_prefetch((const char *)(b + 4), _MM_HINT_T0);
+		const __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
+		const __m512i tables = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(packed, lo4)),
+							  _mm512_set1_epi32(0x03020100));
+		const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), lo4));
+		const __m256i prod = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums));
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(-y[i].d * _cvtsh_ss(b->dmin)), _mm256_cvtepi32_ps(prod), acc);
+		__m512i isum = _mm512_setzero_si512();
+		#pragma GCC unroll 2
+		for (int j = 0; j < 2; j++) {
+			const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * j)));
+			#pragma GCC unroll 2
+			for (int p = 0; p < 4; p += 2) {
+				const int g = 8 * j + 2 * p;
+				const __m512i gi = _mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g + 2, g + 2,
+								     g + 2, g + 2, g + 3, g + 3, g + 3, g + 3);
+				const __m512i sh = _mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 2, 2 * p + 2,
+								     2 * p + 2, 2 * p + 2);
+				const __m512i lv = _mm512_and_si512(_mm512_srlv_epi64(bits, sh), m3);
+				const __m512i ls = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gi, tables), lv);
+				isum = _mm512_dpbusd_epi32(isum, ls,
+							   _mm512_loadu_si512((const __m512i *)(y[i].qs + 128 * j + 32 * p)));
+			}
+		}
+		const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * _cvtsh_ss(b->d)), _mm256_cvtepi32_ps(lanes), acc);
+	}
+	*s = hsum8(acc);
+}
