@@ -351,9 +351,8 @@ static void gemm16_q4_K_x8r(int64_t k, const void *w, size_t bw, const void *x, 
 		_mm512_storeu_ps(s + (size_t)r * bs, _mm512_sub_ps(acc[r], accm[r]));
 }
 
-/* Q2_K from two activation rows up: pairs on 512-bit vectors
- * (q23_K_avx512.c). One row (decode), and an odd last one, stay on the
- * 256-bit kernel. */
+/* Q2_K rows as they are (decode; n % 8 != 0), q23_K_avx512.c: pairs of
+ * rows, then an odd last one with two runs per 512-bit instruction. */
 static void gemv_q2_K_x512(int64_t k, const void *w, const void *x, size_t bx, int nr, float *s, size_t bs)
 {
 	const int even = nr & ~1;
@@ -363,28 +362,12 @@ static void gemv_q2_K_x512(int64_t k, const void *w, const void *x, size_t bx, i
 		pg_gemv_q2_K_row_avx512(k, w, (const char *)x + (size_t)even * bx, s + (size_t)even * bs);
 }
 
-/* Eight Q2_K rows one at a time: decode (packed pairs take m >= 2). */
-static void gemv8_q2_K_rows(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-			    size_t bs)
-{
-	for (int j = 0; j < 8; j++)
-		gemv_q2_K_x512(k, (const char *)w + (size_t)j * bw, x, bx, nr, s + j, bs);
-}
-
 static const struct pg_act_pack q2_K_pairs = {
 	.rows = 2,
 	.unit_bytes = pg_q8_K_pair_bytes_avx512,
 	.pack = pg_q8_K_pack_pairs_avx512,
 	.gemv8 = pg_gemv8_q2_K_pairs_avx512,
 };
-
-/* Eight Q3_K rows one at a time: decode (packed pairs take m >= 2). */
-static void gemv8_q3_K_rows(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-			    size_t bs)
-{
-	for (int j = 0; j < 8; j++)
-		gemv_q3_K(k, (const char *)w + (size_t)j * bw, x, bx, nr, s + j, bs);
-}
 
 static const struct pg_act_pack q3_K_pairs = {
 	.rows = 2,
@@ -425,8 +408,6 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_Q4_0] = gemv8_q4_0,
 		[PG_TYPE_IQ4_NL] = gemv8_iq4_nl,
 		[PG_TYPE_Q8_0] = gemv8_q8_0,
-		[PG_TYPE_Q2_K] = gemv8_q2_K_rows,
-		[PG_TYPE_Q3_K] = gemv8_q3_K_rows,
 		[PG_TYPE_Q4_K] = gemv8_q4_K,
 		[PG_TYPE_Q4_K_X8] = gemv8_q4_K_x8r,
 	},

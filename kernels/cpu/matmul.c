@@ -209,12 +209,20 @@ static void *scratch(struct tl_buf *b, size_t need)
 	return b->p;
 }
 
+/* The ISA's activation packing for this job, if it takes one: its gemv8
+ * reads 8 weight rows at a time, so n % 8 == 0, and one row is not packed. */
+static const struct pg_act_pack *pack_for(const struct mm_job *j)
+{
+	const struct pg_act_pack *pk = pg_kern_get()->act_pack[j->wtype];
+	return pk && j->m >= 2 && j->n % 8 == 0 ? pk : NULL;
+}
+
 /* Where the ISA packs activations for this weight type, the tiles read
  * the packed units instead of the rows. */
-static void use_packed(struct mm_job *j, uint32_t wtype)
+static void use_packed(struct mm_job *j)
 {
-	const struct pg_act_pack *pk = pg_kern_get()->act_pack[wtype];
-	if (!pk || !j->gemv8 || j->m < 2)
+	const struct pg_act_pack *pk = pack_for(j);
+	if (!pk)
 		return;
 	const size_t us = pk->unit_bytes(j->k);
 	void *buf = scratch(&tl_pack, us * (size_t)((j->m + pk->rows - 1) / pk->rows));
@@ -231,7 +239,7 @@ static void use_packed(struct mm_job *j, uint32_t wtype)
 static void plan(struct pg_pool *p, struct mm_job *j)
 {
 	j->tile = PG_MAX_NR;
-	use_packed(j, j->wtype);
+	use_packed(j);
 	j->chunk = pick_chunk(j->n, j->wrow, j->m, pg_pool_size(p), j->gemv8 != NULL);
 }
 
@@ -506,7 +514,8 @@ static bool many_prepare_mm(struct pg_pool *p, struct many_job *j, const struct 
 	const uint32_t wtype = o[0].wtype;
 	for (int i = 0; i < count; i++)
 		if (!setup(&j->mm[i], o[i].W, wtype, o[i].n, k, m, o[i].Y, o[i].ldy) ||
-		    (j->mm[i].gemv8 == NULL) != (j->mm[0].gemv8 == NULL))
+		    (j->mm[i].gemv8 == NULL) != (j->mm[0].gemv8 == NULL) ||
+		    (pack_for(&j->mm[i]) == NULL) != (pack_for(&j->mm[0]) == NULL))
 			return false; /* one packing must serve every matrix */
 	struct mm_job *j0 = &j->mm[0];
 	if (!convert_input(p, j0, X))

@@ -41,13 +41,13 @@ AI float hsum8(__m256 v)
 }
 
 /* A super-block's weight work: group g's word in lane g of tables, bytes
- * (0, s, 2s, 3s) (s <= 15: no carries), and the 16 mins as i16, twice. */
-AI void weight_prep(const block_q2_K *b, __m512i *tables, __m512i *mins)
+ * (0, s, 2s, 3s) (s <= 15: no carries), and the 16 mins as i16. */
+AI void weight_prep(const block_q2_K *b, __m512i *tables, __m256i *mins)
 {
 	const __m128i lo4 = _mm_set1_epi8(0xF);
 	const __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
 	*tables = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(packed, lo4)), _mm512_set1_epi32(0x03020100));
-	*mins = _mm512_broadcast_i64x4(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), lo4)));
+	*mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), lo4));
 }
 
 /* Run 4j + p of the super-block (its levels at bits 2p of qs[32j..]) as
@@ -86,13 +86,14 @@ AI void q2_K_pairs(int64_t k, const block_q2_K *w, const void *x, size_t bx, con
 	for (int64_t i = 0; i < k / QK_K; i++) {
 		const block_q2_K *b = w + i;
 		_mm_prefetch((const char *)(b + 2), _MM_HINT_T0);
-		__m512i tables, mins, isum[2];
+		__m512i tables, isum[2];
+		__m256i mins;
 		weight_prep(b, &tables, &mins);
 		const float dw = _cvtsh_ss(b->d), dminw = _cvtsh_ss(b->dmin);
 		#pragma GCC unroll 2
 		for (int q = 0; q < NP; q++) {
 			const block_q8_K *ya = YB(x, bx, 2 * q) + i, *yb = YB(x, bx, 2 * q + 1) + i;
-			const __m512i prod = _mm512_madd_epi16(mins, pair_load(ya->bsums, yb->bsums));
+			const __m512i prod = _mm512_madd_epi16(_mm512_broadcast_i64x4(mins), pair_load(ya->bsums, yb->bsums));
 			const __m512 dmin = _mm512_mul_ps(pair_d(-ya->d, -yb->d), _mm512_set1_ps(dminw));
 			acc[q] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(prod), acc[q]);
 			isum[q] = _mm512_setzero_si512();
@@ -203,13 +204,14 @@ AI void q2_K_rows2(int64_t nb, const block_q2_K *w, size_t bw, const char *x, si
 		#pragma GCC unroll 4
 		for (int h = 0; h < 2; h++) {
 			_mm_prefetch((const char *)(b[h] + 2), _MM_HINT_T0);
-			__m512i mins;
+			__m256i mins;
 			weight_prep(b[h], &tables[h], &mins);
 			const __m512 dminw = _mm512_set1_ps(_cvtsh_ss(b[h]->dmin));
 			#pragma GCC unroll 4
 			for (int q = 0; q < NP; q++) {
 				const char *pq = x + (size_t)q * ps;
-				const __m512i prod = _mm512_madd_epi16(mins, _mm512_loadu_si512(pq + l.b + 64 * i));
+				const __m512i prod = _mm512_madd_epi16(_mm512_broadcast_i64x4(mins),
+								       _mm512_loadu_si512(pq + l.b + 64 * i));
 				const __m512 dmin =
 					_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), pair_dy(pq, &l, i)), dminw);
 				acc[h][q] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(prod), acc[h][q]);
@@ -254,28 +256,31 @@ AI void q2_K_rows2(int64_t nb, const block_q2_K *w, size_t bw, const char *x, si
 		}
 }
 
-/* pg_gemv8_fn over packed pairs (nr <= 2 * PG_PACK_PAIRS): x is the tile's
- * first pair, the pair stride 2 * bx. */
-void pg_gemv8_q2_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-				size_t bs)
-{
-	const int64_t nb = k / QK_K;
-	const int np = (nr + 1) / 2;
-	for (int j = 0; j < 8; j += 2) {
-		float out[PG_PACK_PAIRS][2][2];
-		const block_q2_K *wj = (const block_q2_K *)((const char *)w + (size_t)j * bw);
-		switch (np) {
-		case 1: q2_K_rows2(nb, wj, bw, x, 2 * bx, 1, out); break;
-		case 2: q2_K_rows2(nb, wj, bw, x, 2 * bx, 2, out); break;
-		case 3: q2_K_rows2(nb, wj, bw, x, 2 * bx, 3, out); break;
-		default: q2_K_rows2(nb, wj, bw, x, 2 * bx, 4, out); break;
-		}
-		for (int r = 0; r < nr; r++) {
-			s[(size_t)r * bs + j] = out[r / 2][0][r % 2];
-			s[(size_t)r * bs + j + 1] = out[r / 2][1][r % 2];
-		}
+/* pg_gemv8_fn over packed pairs (nr <= 2 * PG_PACK_PAIRS) from a ROWS2
+ * kernel: x is the tile's first pair, the pair stride 2 * bx; the pair
+ * count a constant in each call, so the per-pair arrays stay in
+ * registers. */
+#define PAIRS_GEMV8(NAME, ROWS2, BLOCK)                                                                     \
+	void NAME(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s, size_t bs) \
+	{                                                                                                    \
+		const int64_t nb = k / QK_K;                                                                 \
+		for (int j = 0; j < 8; j += 2) {                                                             \
+			float out[PG_PACK_PAIRS][2][2];                                                      \
+			const BLOCK *wj = (const BLOCK *)((const char *)w + (size_t)j * bw);                 \
+			switch ((nr + 1) / 2) {                                                              \
+			case 1: ROWS2(nb, wj, bw, x, 2 * bx, 1, out); break;                                 \
+			case 2: ROWS2(nb, wj, bw, x, 2 * bx, 2, out); break;                                 \
+			case 3: ROWS2(nb, wj, bw, x, 2 * bx, 3, out); break;                                 \
+			default: ROWS2(nb, wj, bw, x, 2 * bx, 4, out); break;                                \
+			}                                                                                    \
+			for (int r = 0; r < nr; r++) {                                                       \
+				s[(size_t)r * bs + j] = out[r / 2][0][r % 2];                                \
+				s[(size_t)r * bs + j + 1] = out[r / 2][1][r % 2];                            \
+			}                                                                                    \
+		}                                                                                            \
 	}
-}
+
+PAIRS_GEMV8(pg_gemv8_q2_K_pairs_avx512, q2_K_rows2, block_q2_K)
 
 /* ---- Q3_K from the same packed pairs -------------------------------------
  * ggml_vec_dot_q3_K_q8_K's order: per super-block one FMA per lane of
@@ -365,26 +370,7 @@ AI void q3_K_rows2(int64_t nb, const block_q3_K *w, size_t bw, const char *x, si
 		}
 }
 
-void pg_gemv8_q3_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
-				size_t bs)
-{
-	const int64_t nb = k / QK_K;
-	const int np = (nr + 1) / 2;
-	for (int j = 0; j < 8; j += 2) {
-		float out[PG_PACK_PAIRS][2][2];
-		const block_q3_K *wj = (const block_q3_K *)((const char *)w + (size_t)j * bw);
-		switch (np) {
-		case 1: q3_K_rows2(nb, wj, bw, x, 2 * bx, 1, out); break;
-		case 2: q3_K_rows2(nb, wj, bw, x, 2 * bx, 2, out); break;
-		case 3: q3_K_rows2(nb, wj, bw, x, 2 * bx, 3, out); break;
-		default: q3_K_rows2(nb, wj, bw, x, 2 * bx, 4, out); break;
-		}
-		for (int r = 0; r < nr; r++) {
-			s[(size_t)r * bs + j] = out[r / 2][0][r % 2];
-			s[(size_t)r * bs + j + 1] = out[r / 2][1][r % 2];
-		}
-	}
-}
+PAIRS_GEMV8(pg_gemv8_q3_K_pairs_avx512, q3_K_rows2, block_q3_K)
 
 /* ---- one row (decode) --------------------------------------------------- */
 
@@ -396,15 +382,13 @@ void pg_gemv_q2_K_row_avx512(int64_t k, const void *vw, const void *x, float *s)
 	const block_q2_K *w = vw;
 	const block_q8_K *y = x;
 	const __m512i m3 = _mm512_set1_epi8(3);
-	const __m128i lo4 = _mm_set1_epi8(0xF);
 	__m256 acc = _mm256_setzero_ps();
 	for (int64_t i = 0; i < k / QK_K; i++) {
 		const block_q2_K *b = w + i;
 		_mm_prefetch((const char *)(b + 4), _MM_HINT_T0);
-		const __m128i packed = _mm_loadu_si128((const __m128i *)b->scales);
-		const __m512i tables = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(packed, lo4)),
-							  _mm512_set1_epi32(0x03020100));
-		const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), lo4));
+		__m512i tables;
+		__m256i mins;
+		weight_prep(b, &tables, &mins);
 		const __m256i prod = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums));
 		acc = _mm256_fmadd_ps(_mm256_set1_ps(-y[i].d * _cvtsh_ss(b->dmin)), _mm256_cvtepi32_ps(prod), acc);
 		__m512i isum = _mm512_setzero_si512();
