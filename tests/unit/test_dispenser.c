@@ -1,6 +1,6 @@
 /* tests/unit/test_dispenser.c — the matmuls' chunk dispenser: each
- * thread's own range front to back, then the others' from their back;
- * under real threads every chunk handed out exactly once. */
+ * thread's own range front to back, claimed in batches, then the others'
+ * from their back; under real threads every chunk handed out exactly once. */
 #include "kernels/cpu/dispenser.h"
 
 #include <check.h>
@@ -29,6 +29,31 @@ START_TEST(test_one_taker_order)
 	pg_disp_init(&d, 1, 4);
 	ck_assert_int_eq(pg_disp_take(&d, 0), 0);
 	ck_assert_int_eq(pg_disp_take(&d, 3), -1);
+}
+END_TEST
+
+/* A thread claims a batch of its own front at once; a thief cannot take
+ * those, only what is left unclaimed behind them. */
+START_TEST(test_claimed_batch_stays_with_owner)
+{
+	struct pg_dispenser d;
+	pg_disp_init(&d, 64, 2); /* [0,32) [32,64) */
+	int64_t k = 32 / (2 * PG_DISP_BATCH);
+	k = k < 1 ? 1 : k > PG_DISP_BATCH ? PG_DISP_BATCH : k;
+	ck_assert_int_gt(k, 1);
+	ck_assert_int_eq(pg_disp_take(&d, 0), 0); /* claims [0, k) */
+	for (int64_t c = 32; c < 64; c++)
+		ck_assert_int_eq(pg_disp_take(&d, 1), c);
+	for (int64_t c = 31; c >= k; c--)
+		ck_assert_int_eq(pg_disp_take(&d, 1), c);
+	ck_assert_int_eq(pg_disp_take(&d, 1), -1);
+	for (int64_t c = 1; c < k; c++)
+		ck_assert_int_eq(pg_disp_take(&d, 0), c);
+	ck_assert_int_eq(pg_disp_take(&d, 0), -1);
+	/* a fresh job forgets the claim */
+	pg_disp_init(&d, 64, 2);
+	ck_assert_int_eq(pg_disp_take(&d, 1), 32);
+	ck_assert_int_eq(pg_disp_take(&d, 0), 0);
 }
 END_TEST
 
@@ -95,6 +120,7 @@ int main(void)
 	Suite *s = suite_create("dispenser");
 	TCase *tc = tcase_create("take");
 	tcase_add_test(tc, test_one_taker_order);
+	tcase_add_test(tc, test_claimed_batch_stays_with_owner);
 	tcase_add_test(tc, test_threads_take_each_once);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
