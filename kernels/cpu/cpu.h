@@ -121,6 +121,10 @@ void pg_gemv8_q2_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void 
 void pg_gemv_q2_K_row_avx512(int64_t k, const void *w, const void *x, float *s);
 void pg_gemv8_q3_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 				size_t bs);
+void pg_gemv8_q5_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+				size_t bs);
+void pg_gemv8_q6_K_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+				size_t bs);
 /* Q8_0 on 512-bit vectors (q8_0_avx512.c): rows in pairs. */
 size_t pg_q8_0_pair_bytes_avx512(int64_t k);
 void pg_q8_0_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride);
@@ -182,6 +186,20 @@ static inline void pg_q3_K_scale_words(const uint8_t packed[12], uint32_t u[4])
 	u[1] = (a[1] & m4) | (((a[2] >> 2) & m2) << 4);
 	u[2] = ((a[0] >> 4) & m4) | (((a[2] >> 4) & m2) << 4);
 	u[3] = ((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4);
+}
+
+/* The 12 packed bytes of Q4_K/Q5_K as 8 scales then 8 mins. */
+static inline void pg_k4_scales(const uint8_t *packed, uint8_t out[16])
+{
+	uint32_t u[4];
+	__builtin_memcpy(u, packed, 12);
+	const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+	u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+	const uint32_t mins_lo = u[1] & m6;
+	u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+	u[2] = mins_lo;
+	u[0] &= m6;
+	__builtin_memcpy(out, u, 16);
 }
 
 /* The signed scale of group ib of an IQ4_XS block: 6 bits, the low 4 in

@@ -376,6 +376,20 @@ static const struct pg_act_pack q3_K_pairs = {
 	.gemv8 = pg_gemv8_q3_K_pairs_avx512,
 };
 
+static const struct pg_act_pack q5_K_pairs = {
+	.rows = 2,
+	.unit_bytes = pg_q8_K_pair_bytes_avx512,
+	.pack = pg_q8_K_pack_pairs_avx512,
+	.gemv8 = pg_gemv8_q5_K_pairs_avx512,
+};
+
+static const struct pg_act_pack q6_K_pairs = {
+	.rows = 2,
+	.unit_bytes = pg_q8_K_pair_bytes_avx512,
+	.pack = pg_q8_K_pack_pairs_avx512,
+	.gemv8 = pg_gemv8_q6_K_pairs_avx512,
+};
+
 /* Two or more activation rows of Q8_0: packed pairs on 512-bit vectors.
  * One row (decode) stays on the 256-bit kernel: it is bound by memory. */
 static const struct pg_act_pack q8_0_pairs = {
@@ -439,6 +453,8 @@ const struct pg_kern pg_kern_avx512 = {
 		[PG_TYPE_Q8_0] = &q8_0_pairs,
 		[PG_TYPE_Q2_K] = &q2_K_pairs,
 		[PG_TYPE_Q3_K] = &q3_K_pairs,
+		[PG_TYPE_Q5_K] = &q5_K_pairs,
+		[PG_TYPE_Q6_K] = &q6_K_pairs,
 	},
 	.softmax = pg_softmax_avx512,
 	.swiglu = pg_swiglu_avx512,

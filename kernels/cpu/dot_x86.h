@@ -284,20 +284,6 @@ ALWAYS_INLINE void qx_1_tile(int64_t k, const void *vw, int five, const void *x,
 		s[(size_t)r * bs] = hsum_ps(acc[r]) + macc[r];
 }
 
-/* The 12 packed bytes of Q4_K/Q5_K as 8 scales then 8 mins. */
-ALWAYS_INLINE void k4_scales(const uint8_t *packed, uint8_t out[16])
-{
-	uint32_t u[4];
-	memcpy(u, packed, 12);
-	const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-	u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
-	const uint32_t mins_lo = u[1] & m6;
-	u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
-	u[2] = mins_lo;
-	u[0] &= m6;
-	memcpy(out, u, 16);
-}
-
 /* Q4_K (five = 0) and Q5_K (five = 1) against Q8_K: ggml_vec_dot_q4_K_q8_K
  * and ggml_vec_dot_q5_K_q8_K (AVX2). Q4_K weights with a multiple of 8 rows
  * go to q4_K_x8_tile instead. */
@@ -334,7 +320,7 @@ ALWAYS_INLINE void qk_45_tile(int64_t k, const void *vw, const int five, const v
 			dminw = f16s(b->dmin);
 		}
 		uint8_t sm[16];
-		k4_scales(scp, sm);
+		pg_k4_scales(scp, sm);
 		/* mins, each repeated for its two 16-sums of bsums (Q5_K) */
 		const __m256i mins16 = _mm256_cvtepu8_epi16(
 			_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
@@ -1124,7 +1110,7 @@ ALWAYS_INLINE void q4kx8_build(const block_q4_K *const rows[8], int64_t i, uint8
 	pg_f16 d[8], dmin[8];
 	for (int j = 0; j < 8; j++) {
 		uint8_t sm[16];
-		k4_scales(rows[j][i].scales, sm);
+		pg_k4_scales(rows[j][i].scales, sm);
 		a[j] = _mm_loadu_si128((const __m128i *)sm);
 		d[j] = rows[j][i].d;
 		dmin[j] = rows[j][i].dmin;

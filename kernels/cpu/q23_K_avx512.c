@@ -1,6 +1,7 @@
-/* kernels/cpu/q23_K_avx512.c — Q2_K and Q3_K weights against pairs of
+/* kernels/cpu/q23_K_avx512.c — Q2_K, Q3_K, Q5_K and Q6_K weights against pairs of
  * Q8_K activation rows on 512-bit vectors (prompts, batched decode).
- * Q3_K's form is described at q3_K_rows2; Q2_K's here.
+ * Q3_K's form is described at q3_K_rows2 (Q6_K's and Q5_K's, q6_K_rows2
+ * and q5_K_rows2, are variations of it); Q2_K's here.
  *
  * The float order is ggml_vec_dot_q2_K_q8_K's (AVX2) for every output:
  * per super-block, acc = fma(-dy·dmin, (float)mins lanes, acc), then
@@ -26,6 +27,7 @@
 
 #include "kernels/cpu/cpu.h"
 
+#include <math.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
@@ -371,6 +373,211 @@ AI void q3_K_rows2(int64_t nb, const block_q3_K *w, size_t bw, const char *x, si
 }
 
 PAIRS_GEMV8(pg_gemv8_q3_K_pairs_avx512, q3_K_rows2, block_q3_K)
+
+/* ---- Q6_K from the same packed pairs -------------------------------------
+ * ggml_vec_dot_q6_K_q8_K's order: per super-block one FMA per lane of
+ * dy·dw·(lane sum), lane l the sum over the 8 runs of the group's scale s
+ * (int8) times the products of elements 4l..4l+3 with the unsigned 6-bit
+ * levels q (0..63), less 32·(s·bsum) of groups 2l and 2l+1 (ggml takes the
+ * -32 of each level out through the activations' group sums). vpdpbusd
+ * gives the lane's Σ q·y (<= 32256: an i16) and vpdpwssd multiplies it by
+ * s into the sum, which starts at -32 times a vpmaddwd of the scales and
+ * the packed bsums. Run 4j + k (elements 128j + 32k ..) takes its low 4
+ * bits from ql[64j + 32(k & 1) ..] (the high nibbles for k >= 2) and its
+ * top 2 from qh[32j ..] >> 2k. */
+AI void q6_K_rows2(int64_t nb, const block_q6_K *w, size_t bw, const char *x, size_t ps, const int NP,
+		   float (*out)[2][2])
+{
+	const struct q2k_pair_layout l = layout(nb);
+	const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+	__m512 acc[2][PG_PACK_PAIRS];
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++)
+			acc[h][q] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		const block_q6_K *b[2] = { w + i, (const block_q6_K *)((const char *)w + bw) + i };
+		__m512i sdw[2], isum[2][PG_PACK_PAIRS];
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++) {
+			const char *next = (const char *)(b[h] + 2);
+			_mm_prefetch(next, _MM_HINT_T0);
+			_mm_prefetch(next + 64, _MM_HINT_T0);
+			_mm_prefetch(next + 128, _MM_HINT_T0);
+			_mm_prefetch(next + 192, _MM_HINT_T0);
+			const __m128i sc8 = _mm_loadu_si128((const __m128i *)b[h]->scales);
+			sdw[h] = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), _mm512_set1_epi32(0xFFFF));
+			const __m512i sc16 = _mm512_broadcast_i64x4(_mm256_cvtepi8_epi16(sc8));
+			#pragma GCC unroll 4
+			for (int q = 0; q < NP; q++) {
+				const __m512i mins = _mm512_madd_epi16(sc16, _mm512_loadu_si512(x + (size_t)q * ps + l.b + 64 * i));
+				isum[h][q] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(mins, 5));
+			}
+		}
+		#pragma GCC unroll 2
+		for (int j = 0; j < 2; j++) {
+			__m512i ql[2][2], qh[2];
+			#pragma GCC unroll 4
+			for (int h = 0; h < 2; h++) {
+				ql[h][0] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[h]->ql + 64 * j)));
+				ql[h][1] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[h]->ql + 64 * j + 32)));
+				qh[h] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[h]->qh + 32 * j)));
+			}
+			#pragma GCC unroll 4
+			for (int k = 0; k < 4; k++) {
+				const int g = 8 * j + 2 * k;
+				const __m512i gi = _mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g, g, g, g,
+								     g + 1, g + 1, g + 1, g + 1);
+				__m512i lv[2], sv[2];
+				#pragma GCC unroll 4
+				for (int h = 0; h < 2; h++) {
+					const __m512i lo = _mm512_and_si512(k >= 2 ? _mm512_srli_epi16(ql[h][k & 1], 4)
+										   : ql[h][k & 1],
+									    m4);
+					const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh[h], 2 * k), m3);
+					lv[h] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+					sv[h] = _mm512_permutexvar_epi32(gi, sdw[h]);
+				}
+				#pragma GCC unroll 4
+				for (int q = 0; q < NP; q++) {
+					const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l.y + 512 * i + 64 * (4 * j + k));
+					#pragma GCC unroll 4
+					for (int h = 0; h < 2; h++)
+						isum[h][q] = _mm512_dpwssd_epi32(
+							isum[h][q], _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[h], y), sv[h]);
+				}
+			}
+		}
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++) {
+			const __m512 dw = _mm512_set1_ps(_cvtsh_ss(b[h]->d));
+			#pragma GCC unroll 4
+			for (int q = 0; q < NP; q++) {
+				const char *pq = x + (size_t)q * ps;
+				acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(pair_dy(pq, &l, i), dw),
+							    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
+			}
+		}
+	}
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++) {
+			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q]));
+			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1));
+		}
+}
+
+PAIRS_GEMV8(pg_gemv8_q6_K_pairs_avx512, q6_K_rows2, block_q6_K)
+
+/* ---- Q5_K from the same packed pairs -------------------------------------
+ * ggml_vec_dot_q5_K_q8_K's order: per super-block one FMA per lane of
+ * dw·dy·(lane sum), lane l the sum over the 8 runs of 32 of the run's
+ * 6-bit scale times the products of elements 4l..4l+3 with the 5-bit
+ * levels (0..31); and one scalar FMA of -dy·dmin times Σ min·(the run's
+ * activations, from bsums); at the end hsum_float_8 plus that scalar.
+ * vpdpbusd gives a lane's Σ level·y (<= 15872: an i16) and vpdpwssd
+ * multiplies it by the scale, for two activation rows at once. Run 2g + t
+ * (elements 64g + 32t ..) takes its low 4 bits from the low (t = 0) or
+ * high nibbles of qs[32g ..] and its fifth from bit 2g + t of qh. */
+AI void q5_K_rows2(int64_t nb, const block_q5_K *w, size_t bw, const char *x, size_t ps, const int NP,
+		   float (*out)[2][2])
+{
+	const struct q2k_pair_layout l = layout(nb);
+	const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+	const __m512i abab = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+	__m512 acc[2][PG_PACK_PAIRS];
+	/* the scalar chains of the mins, 128-bit lane 2h + (0: a, 1: b) */
+	__m512 summs[PG_PACK_PAIRS];
+	#pragma GCC unroll 4
+	for (int q = 0; q < NP; q++) {
+		acc[0][q] = acc[1][q] = _mm512_setzero_ps();
+		summs[q] = _mm512_setzero_ps();
+	}
+	for (int64_t i = 0; i < nb; i++) {
+		const block_q5_K *b[2] = { w + i, (const block_q5_K *)((const char *)w + bw) + i };
+		uint8_t sm[2][16];
+		__m512i qh[2], m16[2], isum[2][PG_PACK_PAIRS];
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++) {
+			const char *next = (const char *)(b[h] + 2);
+			_mm_prefetch(next, _MM_HINT_T0);
+			_mm_prefetch(next + 64, _MM_HINT_T0);
+			_mm_prefetch(next + 128, _MM_HINT_T0);
+			pg_k4_scales(b[h]->scales, sm[h]);
+			/* min g against groups 2g and 2g+1 of the bsums */
+			const __m128i mn = _mm_loadl_epi64((const __m128i *)(sm[h] + 8));
+			m16[h] = _mm512_broadcast_i64x4(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)));
+			qh[h] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[h]->qh));
+		}
+		const __m512 dmin = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(b[0]->dmin)),
+						       _mm256_set1_ps(_cvtsh_ss(b[1]->dmin)), 1);
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++) {
+			const char *pq = x + (size_t)q * ps;
+			const __m512i bs = _mm512_loadu_si512(pq + l.b + 64 * i);
+			const __m512i t0 = _mm512_madd_epi16(m16[0], bs), t1 = _mm512_madd_epi16(m16[1], bs);
+			/* each 128-bit lane's dwords all its sum: a and b of row 0, of row 1 */
+			__m512i c = _mm512_add_epi32(_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD));
+			c = _mm512_add_epi32(c, _mm512_shuffle_epi32(c, 0x4E));
+			c = _mm512_add_epi32(c, _mm512_shuffle_epi32(c, 0xB1));
+			const __m512 dy = _mm512_permutexvar_ps(
+				abab, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(pq + l.d) + i))));
+			summs[q] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), dy), dmin),
+						   _mm512_cvtepi32_ps(c), summs[q]);
+			isum[0][q] = isum[1][q] = _mm512_setzero_si512();
+		}
+		#pragma GCC unroll 4
+		for (int g = 0; g < 4; g++) {
+			__m512i bits[2];
+			#pragma GCC unroll 4
+			for (int h = 0; h < 2; h++)
+				bits[h] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[h]->qs + 32 * g)));
+			#pragma GCC unroll 2
+			for (int t = 0; t < 2; t++) {
+				const int r = 2 * g + t;
+				__m512i lv[2], sv[2];
+				#pragma GCC unroll 4
+				for (int h = 0; h < 2; h++) {
+					const __m512i lo = _mm512_and_si512(t ? _mm512_srli_epi16(bits[h], 4) : bits[h], m4);
+					const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh[h], r), one);
+					lv[h] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+					sv[h] = _mm512_set1_epi32(sm[h][r]);
+				}
+				#pragma GCC unroll 4
+				for (int q = 0; q < NP; q++) {
+					const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l.y + 512 * i + 64 * r);
+					#pragma GCC unroll 4
+					for (int h = 0; h < 2; h++)
+						isum[h][q] = _mm512_dpwssd_epi32(
+							isum[h][q], _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[h], y), sv[h]);
+				}
+			}
+		}
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++) {
+			const __m512 dw = _mm512_set1_ps(_cvtsh_ss(b[h]->d));
+			#pragma GCC unroll 4
+			for (int q = 0; q < NP; q++) {
+				const char *pq = x + (size_t)q * ps;
+				acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(dw, pair_dy(pq, &l, i)),
+							    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
+			}
+		}
+	}
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++) {
+			float sm4[16];
+			_mm512_storeu_ps(sm4, summs[q]);
+			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q])) + sm4[8 * h];
+			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1)) + sm4[8 * h + 4];
+		}
+}
+
+PAIRS_GEMV8(pg_gemv8_q5_K_pairs_avx512, q5_K_rows2, block_q5_K)
 
 /* ---- one row (decode) --------------------------------------------------- */
 

@@ -1390,6 +1390,69 @@ START_TEST(test_q8_0_order_is_ggml)
 }
 END_TEST
 
+/* Q5_K and Q6_K prompts (AVX-512: packed pairs, vpdpbusd and vpdpwssd)
+ * with every level, high-bit pattern, scale and min (Q6_K's -128 scale
+ * included): the scalar reference's bits (ggml's AVX2 vec_dot order) on
+ * every ISA, odd and even batches. */
+static void randomize_k56(uint32_t t, void *W, int64_t nblocks)
+{
+	for (int64_t b = 0; b < nblocks; b++) {
+		if (t == PG_TYPE_Q5_K) {
+			block_q5_K *w = (block_q5_K *)W + b;
+			for (int e = 0; e < QK_K / 2; e++)
+				w->qs[e] = (uint8_t)rnd();
+			for (int e = 0; e < QK_K / 8; e++)
+				w->qh[e] = (uint8_t)(b % 5 ? rnd() : 0xFF);
+			for (int e = 0; e < K_SCALE_SIZE; e++)
+				w->scales[e] = (uint8_t)(b % 5 ? rnd() : 0xFF); /* all 63 */
+			continue;
+		}
+		block_q6_K *w = (block_q6_K *)W + b;
+		for (int e = 0; e < QK_K / 2; e++)
+			w->ql[e] = (uint8_t)rnd();
+		for (int e = 0; e < QK_K / 4; e++)
+			w->qh[e] = (uint8_t)rnd();
+		for (int e = 0; e < QK_K / 16; e++)
+			w->scales[e] = (int8_t)rnd();
+		if (b % 5 == 0) { /* every level 63 or 0 against scale -128 */
+			memset(w->scales, 0x80, QK_K / 16);
+			memset(w->ql, b % 10 ? 0xFF : 0, QK_K / 2);
+			memset(w->qh, b % 10 ? 0xFF : 0, QK_K / 4);
+		}
+	}
+}
+
+START_TEST(test_k56_raw_bytes_same_bits)
+{
+	save_isa();
+	const uint32_t t = _i ? PG_TYPE_Q6_K : PG_TYPE_Q5_K;
+	const int64_t n = 24, k = 768, mmax = 11;
+	void *W = make_weights(t, n, k, NULL);
+	randomize_k56(t, W, n * k / QK_K);
+	float *X = malloc(sizeof(float) * (size_t)(mmax * k));
+	float *Yref = malloc(sizeof(float) * (size_t)(mmax * n)), *Y = malloc(sizeof(float) * (size_t)(mmax * n));
+	fill(X, mmax * k, 3.0f);
+	for (int64_t m = 2; m <= mmax; m += m < 5 ? 1 : 3) {
+		ck_assert(pg_cpu_set_isa("scalar"));
+		pg_matmul(NULL, W, t, n, k, X, m, Yref, n);
+		for (size_t a = 1; a < 3; a++) {
+			if (!pg_cpu_set_isa(all_isas[a]))
+				continue;
+			memset(Y, 0xff, sizeof(float) * (size_t)(m * n));
+			pg_matmul(NULL, W, t, n, k, X, m, Y, n);
+			for (int64_t i = 0; i < m * n; i++)
+				ck_assert_msg(memcmp(&Y[i], &Yref[i], 4) == 0, "%s %s m=%ld [%ld]: %a != %a",
+					      pg_type_name(t), all_isas[a], (long)m, (long)i, Y[i], Yref[i]);
+		}
+	}
+	free(W);
+	free(X);
+	free(Y);
+	free(Yref);
+	restore_isa();
+}
+END_TEST
+
 /* Q8_0 the loader found free of -128 (PG_TYPE_Q8_0_S127) may take faster
  * kernels: the same bits as PG_TYPE_Q8_0 on every ISA, one row (decode),
  * batches and the several-matrix job alike. */
@@ -1650,6 +1713,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_iq4_nl_orders_are_ggml);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
 	tcase_add_test(tc, test_q8_0_s127_same_bits);
+	tcase_add_loop_test(tc, test_k56_raw_bytes_same_bits, 0, 2);
 	tcase_add_test(tc, test_matmul_many_equals_each);
 	tcase_add_test(tc, test_decode_chunks_cover_rows);
 	tcase_add_test(tc, test_f16_acc_rows);
