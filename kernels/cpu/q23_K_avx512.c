@@ -187,6 +187,32 @@ AI __m512 pair_dy(const char *pq, const struct q2k_pair_layout *l, int64_t i)
 						    _mm_load_sd((const double *)(pq + l->d) + i))));
 }
 
+/* The end of a super-block for two weight rows (d0, d1) against NP pairs:
+ * acc += dy·dw·(float)isum, ggml's one FMA per lane. */
+AI void close_block(__m512 (*acc)[PG_PACK_PAIRS], __m512i (*isum)[PG_PACK_PAIRS], pg_f16 d0, pg_f16 d1,
+		    const char *x, size_t ps, const struct q2k_pair_layout *l, int64_t i, const int NP)
+{
+	const __m512 dw[2] = { _mm512_set1_ps(_cvtsh_ss(d0)), _mm512_set1_ps(_cvtsh_ss(d1)) };
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++)
+			acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(pair_dy(x + (size_t)q * ps, l, i), dw[h]),
+						    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
+}
+
+/* ggml's hsum_float_8 of each half: out[q][h][a|b] */
+AI void sums_out(__m512 (*acc)[PG_PACK_PAIRS], const int NP, float (*out)[2][2])
+{
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++) {
+			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q]));
+			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1));
+		}
+}
+
 /* Two weight rows (w, and w + bw) against NP packed pairs starting at x
  * (stride ps): each activation load serves both rows. */
 AI void q2_K_rows2(int64_t nb, const block_q2_K *w, size_t bw, const char *x, size_t ps, const int NP,
@@ -238,24 +264,9 @@ AI void q2_K_rows2(int64_t nb, const block_q2_K *w, size_t bw, const char *x, si
 				}
 			}
 		}
-		#pragma GCC unroll 4
-		for (int h = 0; h < 2; h++) {
-			const __m512 dw = _mm512_set1_ps(_cvtsh_ss(b[h]->d));
-			#pragma GCC unroll 4
-			for (int q = 0; q < NP; q++) {
-				const char *pq = x + (size_t)q * ps;
-				acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(pair_dy(pq, &l, i), dw),
-							    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
-			}
-		}
+		close_block(acc, isum, b[0]->d, b[1]->d, x, ps, &l, i, NP);
 	}
-	#pragma GCC unroll 4
-	for (int h = 0; h < 2; h++)
-		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++) {
-			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q]));
-			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1));
-		}
+	sums_out(acc, NP, out);
 }
 
 /* pg_gemv8_fn over packed pairs (nr <= 2 * PG_PACK_PAIRS) from a ROWS2
@@ -352,24 +363,9 @@ AI void q3_K_rows2(int64_t nb, const block_q3_K *w, size_t bw, const char *x, si
 				}
 			}
 		}
-		#pragma GCC unroll 4
-		for (int h = 0; h < 2; h++) {
-			const __m512 dw = _mm512_set1_ps(_cvtsh_ss(b[h]->d));
-			#pragma GCC unroll 4
-			for (int q = 0; q < NP; q++) {
-				const char *pq = x + (size_t)q * ps;
-				acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(pair_dy(pq, &l, i), dw),
-							    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
-			}
-		}
+		close_block(acc, isum, b[0]->d, b[1]->d, x, ps, &l, i, NP);
 	}
-	#pragma GCC unroll 4
-	for (int h = 0; h < 2; h++)
-		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++) {
-			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q]));
-			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1));
-		}
+	sums_out(acc, NP, out);
 }
 
 PAIRS_GEMV8(pg_gemv8_q3_K_pairs_avx512, q3_K_rows2, block_q3_K)
@@ -449,24 +445,9 @@ AI void q6_K_rows2(int64_t nb, const block_q6_K *w, size_t bw, const char *x, si
 				}
 			}
 		}
-		#pragma GCC unroll 4
-		for (int h = 0; h < 2; h++) {
-			const __m512 dw = _mm512_set1_ps(_cvtsh_ss(b[h]->d));
-			#pragma GCC unroll 4
-			for (int q = 0; q < NP; q++) {
-				const char *pq = x + (size_t)q * ps;
-				acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(pair_dy(pq, &l, i), dw),
-							    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
-			}
-		}
+		close_block(acc, isum, b[0]->d, b[1]->d, x, ps, &l, i, NP);
 	}
-	#pragma GCC unroll 4
-	for (int h = 0; h < 2; h++)
-		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++) {
-			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q]));
-			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1));
-		}
+	sums_out(acc, NP, out);
 }
 
 PAIRS_GEMV8(pg_gemv8_q6_K_pairs_avx512, q6_K_rows2, block_q6_K)
@@ -555,26 +536,19 @@ AI void q5_K_rows2(int64_t nb, const block_q5_K *w, size_t bw, const char *x, si
 				}
 			}
 		}
-		#pragma GCC unroll 4
+		close_block(acc, isum, b[0]->d, b[1]->d, x, ps, &l, i, NP);
+	}
+	sums_out(acc, NP, out);
+	#pragma GCC unroll 4
+	for (int q = 0; q < NP; q++) {
+		float sm4[16];
+		_mm512_storeu_ps(sm4, summs[q]);
+		#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
-			const __m512 dw = _mm512_set1_ps(_cvtsh_ss(b[h]->d));
-			#pragma GCC unroll 4
-			for (int q = 0; q < NP; q++) {
-				const char *pq = x + (size_t)q * ps;
-				acc[h][q] = _mm512_fmadd_ps(_mm512_mul_ps(dw, pair_dy(pq, &l, i)),
-							    _mm512_cvtepi32_ps(isum[h][q]), acc[h][q]);
-			}
+			out[q][h][0] += sm4[8 * h];
+			out[q][h][1] += sm4[8 * h + 4];
 		}
 	}
-	#pragma GCC unroll 4
-	for (int h = 0; h < 2; h++)
-		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++) {
-			float sm4[16];
-			_mm512_storeu_ps(sm4, summs[q]);
-			out[q][h][0] = hsum8(_mm512_castps512_ps256(acc[h][q])) + sm4[8 * h];
-			out[q][h][1] = hsum8(_mm512_extractf32x8_ps(acc[h][q], 1)) + sm4[8 * h + 4];
-		}
 }
 
 PAIRS_GEMV8(pg_gemv8_q5_K_pairs_avx512, q5_K_rows2, block_q5_K)
