@@ -28,19 +28,19 @@ void pg_q4_0_x8_repack(const void *src, void *dst, int64_t n, int64_t k)
 	const size_t wrow = (size_t)nb * sizeof(block_q4_0), gbytes = PG_X8_GROUP_BYTES(nb);
 	for (int64_t g = 0; g < n / 8; g++) {
 		uint8_t *out = (uint8_t *)dst + (size_t)g * gbytes;
-		pg_f16 *sc = (pg_f16 *)(out + (size_t)nb * 128);
 		const block_q4_0 *rows[8];
 		for (int j = 0; j < 8; j++)
 			rows[j] = (const block_q4_0 *)((const char *)src + (size_t)(8 * g + j) * wrow);
 		for (int64_t i = 0; i < nb; i++) {
-			uint8_t *q = out + (size_t)i * 128;
+			uint8_t *q = (uint8_t *)pg_x8_qs(out, nb, i);
+			pg_f16 *sc = (pg_f16 *)pg_x8_sc(out, nb, i);
 			for (int j = 0; j < 8; j++) {
 				memcpy(q + 8 * j, rows[j][i].qs, 8);
 				memcpy(q + 64 + 8 * j, rows[j][i].qs + 8, 8);
-				sc[8 * i + j] = rows[j][i].d;
+				sc[j] = rows[j][i].d;
 			}
 		}
-		memset(sc + 8 * nb, 0, gbytes - (size_t)nb * 144);
+		memset(out + (size_t)nb * 144, 0, gbytes - (size_t)nb * 144);
 	}
 }
 
@@ -83,7 +83,6 @@ void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb)
 static void x8_scalar(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
 		      const int8_t *lv, bool with_off)
 {
-	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
 	for (int r = 0; r < nr; r++) {
 		const pg_q8x *xr = (const pg_q8x *)((const char *)x + (size_t)r * bx);
 		for (int j = 0; j < 8; j++) {
@@ -91,13 +90,13 @@ static void x8_scalar(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx,
 			for (int64_t i = 0; i < nb; i++) {
 				/* the row's 16 bytes of the block's qs, back together */
 				uint8_t q[16];
-				memcpy(q, qs + (size_t)i * 128 + 8 * j, 8);
-				memcpy(q + 8, qs + (size_t)i * 128 + 64 + 8 * j, 8);
+				memcpy(q, pg_x8_qs(qs, nb, i) + 8 * j, 8);
+				memcpy(q + 8, pg_x8_qs(qs, nb, i) + 64 + 8 * j, 8);
 				const int8_t *y = xr[i].qs;
 				int isum = with_off ? xr[i].off : 0;
 				for (int t = 0; t < 16; t++)
 					isum += lv[q[t] & 0xF] * y[t] + lv[q[t] >> 4] * y[t + 16];
-				acc = fmaf((float)isum, pg_f16_to_f32(sc[8 * i + j]) * xr[i].d, acc);
+				acc = fmaf((float)isum, pg_f16_to_f32(pg_x8_sc(qs, nb, i)[j]) * xr[i].d, acc);
 			}
 			s[(size_t)r * bs + j] = acc;
 		}

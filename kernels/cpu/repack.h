@@ -10,14 +10,18 @@
  * activation bytes leaves row j's partial sum in lanes 2j + 2j+1.
  *
  * A group (8 rows of k = 32·nb elements) is one contiguous run, 64-byte
- * aligned, PG_X8_GROUP_BYTES(nb) long, so decode streams it linearly:
- *   nb × 128 bytes of nibbles: for block i, at 128·i,
+ * aligned, PG_X8_GROUP_BYTES(nb) long, so decode streams it linearly. It
+ * goes 4 blocks at a time (a quad; the last may hold fewer, c): the quad's
+ * c × 128 bytes of nibbles, then its c × 16 bytes of scales, so the
+ * scales are in the stream right after the nibbles they scale:
+ *   block i's nibbles at pg_x8_qs(g, nb, i), 128 bytes:
  *       [0, 64):   row j's qs[0..7]  at 8·j   (elements 0-7 | 16-23)
  *       [64, 128): row j's qs[8..15] at 64+8·j (elements 8-15 | 24-31)
  *     (bytes as in block_q4_0: low nibble element e, high e + 16);
- *   nb × 16 bytes of scales: for block i, at 128·nb + 16·i, the 8 rows' d
- *     (f16, as in the file);
+ *   its 8 rows' d (f16, as in the file) at pg_x8_sc(g, nb, i);
  *   padding to a multiple of 64.
+ * (Until session 13 all the nibbles came first and all the scales after
+ * them, a second stream per group whose lines the prefetches reached late.)
  * Nibbles stay unsigned levels 0..15: (q - 8)·y = q·y - 8·Σy, and -8·Σy,
  * the same for all rows, comes with the activation block (pg_q8x.off).
  *
@@ -33,6 +37,19 @@
 #include "kernels/types.h"
 
 #define PG_X8_GROUP_BYTES(nb) ((((size_t)(nb) * 144) + 63) & ~(size_t)63)
+#define PG_X8_QUAD 576 /* 4 blocks: 512 bytes of nibbles, 64 of scales */
+
+static inline const uint8_t *pg_x8_qs(const void *g, int64_t nb, int64_t i)
+{
+	(void)nb;
+	return (const uint8_t *)g + PG_X8_QUAD * (size_t)(i / 4) + 128 * (size_t)(i % 4);
+}
+
+static inline const pg_f16 *pg_x8_sc(const void *g, int64_t nb, int64_t i)
+{
+	const int64_t q0 = i - i % 4, c = nb - q0 < 4 ? nb - q0 : 4;
+	return (const pg_f16 *)((const uint8_t *)g + PG_X8_QUAD * (size_t)(i / 4) + 128 * (size_t)c) + 8 * (i % 4);
+}
 
 /* Widest tile of activation rows one kernel call takes. */
 #define PG_X8_MAX_NR 8
@@ -50,30 +67,19 @@ typedef struct {
 
 /* Decode streams the groups from DRAM, faster than the hardware
  * prefetchers follow, so the kernels fetch ahead themselves, at each
- * block: its two nibble lines PG_X8_PF_AHEAD bytes on (about one group of
- * k = 2048, so into the next group), and every 4th block (a 64-byte line
- * of scales) the scale line PG_X8_SC_AHEAD blocks on, past the group's end
- * the next group's. The scales follow the nibbles, so the nibble prefetch
- * alone reaches them only near the group's end (22 KB on at k = 5632) and
- * the next group's only once it has begun; each scale line was a miss.
- * Measured on the Zen 5 (mm_decode, Q4_0 model): the scale lines 1.12x
- * the matmuls' rate on AVX-512 and 1.10x on AVX2, whose 1 KB distance
- * going to 8 KB gave 1.30x more. */
+ * block: the stream's lines PG_X8_PF_AHEAD bytes on (about one group of
+ * k = 2048, so into the next group): block i's two lines of nibbles, and
+ * at the last block of a quad the quad's line of scales too. */
 #define PG_X8_PF_AHEAD 8192
-#define PG_X8_SC_AHEAD 32
 #if defined(__x86_64__)
 #include <xmmintrin.h>
-static inline __attribute__((always_inline)) void pg_x8_prefetch(const uint8_t *qs, const pg_f16 *sc, int64_t i,
-								  int64_t nb)
+static inline __attribute__((always_inline)) void pg_x8_prefetch(const void *g, int64_t i)
 {
-	const char *q = (const char *)qs + (size_t)i * 128 + PG_X8_PF_AHEAD;
+	const char *q = (const char *)g + PG_X8_QUAD * (size_t)(i / 4) + 128 * (size_t)(i % 4) + PG_X8_PF_AHEAD;
 	_mm_prefetch(q, _MM_HINT_T0);
 	_mm_prefetch(q + 64, _MM_HINT_T0);
-	if (i & 3)
-		return;
-	const int64_t a = i + PG_X8_SC_AHEAD;
-	const char *p = a < nb ? (const char *)(sc + 8 * a) : (const char *)sc + PG_X8_GROUP_BYTES(nb) + 16 * (a - nb);
-	_mm_prefetch(p, _MM_HINT_T0);
+	if (i % 4 == 3)
+		_mm_prefetch(q + 128, _MM_HINT_T0);
 }
 #endif
 

@@ -30,7 +30,6 @@ ALWAYS_INLINE __m256i bcast8(const int8_t *p)
 ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, const int nr, float *s,
 			size_t bs)
 {
-	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
 	const __m256i lo4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
 	const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7); /* its own inverse */
 	__m256 acc[4];
@@ -38,14 +37,14 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 	for (int r = 0; r < nr; r++)
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
-		const uint8_t *q = qs + (size_t)i * 128;
-		pg_x8_prefetch(qs, sc, i, nb);
+		const uint8_t *q = pg_x8_qs(qs, nb, i);
+		pg_x8_prefetch(qs, i);
 		/* a: rows 0-3, b: rows 4-7; 0: qs[0..7], 1: qs[8..15] */
 		const __m256i q0a = _mm256_loadu_si256((const __m256i *)q);
 		const __m256i q0b = _mm256_loadu_si256((const __m256i *)(q + 32));
 		const __m256i q1a = _mm256_loadu_si256((const __m256i *)(q + 64));
 		const __m256i q1b = _mm256_loadu_si256((const __m256i *)(q + 96));
-		const __m256 dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 8 * i))),
+		const __m256 dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pg_x8_sc(qs, nb, i))),
 							   order);
 		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++) {
@@ -98,7 +97,6 @@ ALWAYS_INLINE __m256i nl_dot(__m256i q, __m256i y, __m256i ay)
 ALWAYS_INLINE void nl_tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, const int nr, float *s,
 			   size_t bs)
 {
-	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
 	const __m256i lo4 = _mm256_set1_epi8(0x0F);
 	const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pg_iq4nl_values));
 	const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
@@ -107,8 +105,8 @@ ALWAYS_INLINE void nl_tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_
 	for (int r = 0; r < nr; r++)
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
-		const uint8_t *q = qs + (size_t)i * 128;
-		pg_x8_prefetch(qs, sc, i, nb);
+		const uint8_t *q = pg_x8_qs(qs, nb, i);
+		pg_x8_prefetch(qs, i);
 		__m256i pa[4], pb[4]; /* rows 0-3, 4-7 */
 		/* half h: qs[8h..8h+7] of each row, elements 8h.. (low nibbles)
 		 * and 16+8h.. (high) */
@@ -131,7 +129,7 @@ ALWAYS_INLINE void nl_tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_
 				pb[r] = h ? _mm256_add_epi32(pb[r], tb) : tb;
 			}
 		}
-		const __m256 dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 8 * i))),
+		const __m256 dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pg_x8_sc(qs, nb, i))),
 							   order);
 		#pragma GCC unroll 4
 		for (int r = 0; r < nr; r++) {

@@ -77,7 +77,6 @@ ALWAYS_INLINE __m512i dots(__m512i a, const int8_t *y, __m512i w0l, __m512i w1l,
 ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, const int nr, float *s,
 			size_t bs, const bool nl)
 {
-	const pg_f16 *sc = (const pg_f16 *)(qs + (size_t)nb * 128);
 	const __m512i lo4 = _mm512_set1_epi8(0x0F);
 	const __m512i lut = nl ? nl_lut() : lo4;
 	const int np = (nr + 1) / 2;
@@ -86,8 +85,8 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 	for (int p = 0; p < np; p++)
 		acc[p] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
-		const uint8_t *q = qs + (size_t)i * 128;
-		pg_x8_prefetch(qs, sc, i, nb);
+		const uint8_t *q = pg_x8_qs(qs, nb, i);
+		pg_x8_prefetch(qs, i);
 		const __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
 		__m512i w0l = _mm512_and_si512(q0, lo4), w0h = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
 		__m512i w1l = _mm512_and_si512(q1, lo4), w1h = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
@@ -97,7 +96,7 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 			w1l = _mm512_shuffle_epi8(lut, w1l);
 			w1h = _mm512_shuffle_epi8(lut, w1h);
 		}
-		const __m128i sch = _mm_loadu_si128((const __m128i *)(sc + 8 * i));
+		const __m128i sch = _mm_loadu_si128((const __m128i *)pg_x8_sc(qs, nb, i));
 		if (nr == 1) {
 			const pg_q8x *xb = x + i;
 			/* scale j in lane 2j, +0 in the odd lanes */
