@@ -32,7 +32,7 @@ void pg_q4_0_x8_repack(const void *src, void *dst, int64_t n, int64_t k)
 		for (int j = 0; j < 8; j++)
 			rows[j] = (const block_q4_0 *)((const char *)src + (size_t)(8 * g + j) * wrow);
 		for (int64_t i = 0; i < nb; i++) {
-			uint8_t *q = (uint8_t *)pg_x8_qs(out, nb, i);
+			uint8_t *q = (uint8_t *)pg_x8_qs(out, i);
 			pg_f16 *sc = (pg_f16 *)pg_x8_sc(out, nb, i);
 			for (int j = 0; j < 8; j++) {
 				memcpy(q + 8 * j, rows[j][i].qs, 8);
@@ -90,8 +90,8 @@ static void x8_scalar(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx,
 			for (int64_t i = 0; i < nb; i++) {
 				/* the row's 16 bytes of the block's qs, back together */
 				uint8_t q[16];
-				memcpy(q, pg_x8_qs(qs, nb, i) + 8 * j, 8);
-				memcpy(q + 8, pg_x8_qs(qs, nb, i) + 64 + 8 * j, 8);
+				memcpy(q, pg_x8_qs(qs, i) + 8 * j, 8);
+				memcpy(q + 8, pg_x8_qs(qs, i) + 64 + 8 * j, 8);
 				const int8_t *y = xr[i].qs;
 				int isum = with_off ? xr[i].off : 0;
 				for (int t = 0; t < 16; t++)

@@ -14,7 +14,7 @@
  * goes 4 blocks at a time (a quad; the last may hold fewer, c): the quad's
  * c × 128 bytes of nibbles, then its c × 16 bytes of scales, so the
  * scales are in the stream right after the nibbles they scale:
- *   block i's nibbles at pg_x8_qs(g, nb, i), 128 bytes:
+ *   block i's nibbles at pg_x8_qs(g, i), 128 bytes:
  *       [0, 64):   row j's qs[0..7]  at 8·j   (elements 0-7 | 16-23)
  *       [64, 128): row j's qs[8..15] at 64+8·j (elements 8-15 | 24-31)
  *     (bytes as in block_q4_0: low nibble element e, high e + 16);
@@ -39,9 +39,8 @@
 #define PG_X8_GROUP_BYTES(nb) ((((size_t)(nb) * 144) + 63) & ~(size_t)63)
 #define PG_X8_QUAD 576 /* 4 blocks: 512 bytes of nibbles, 64 of scales */
 
-static inline const uint8_t *pg_x8_qs(const void *g, int64_t nb, int64_t i)
+static inline const uint8_t *pg_x8_qs(const void *g, int64_t i)
 {
-	(void)nb;
 	return (const uint8_t *)g + PG_X8_QUAD * (size_t)(i / 4) + 128 * (size_t)(i % 4);
 }
 

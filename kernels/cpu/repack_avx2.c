@@ -37,7 +37,7 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 	for (int r = 0; r < nr; r++)
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
-		const uint8_t *q = pg_x8_qs(qs, nb, i);
+		const uint8_t *q = pg_x8_qs(qs, i);
 		pg_x8_prefetch(qs, i);
 		/* a: rows 0-3, b: rows 4-7; 0: qs[0..7], 1: qs[8..15] */
 		const __m256i q0a = _mm256_loadu_si256((const __m256i *)q);
@@ -105,7 +105,7 @@ ALWAYS_INLINE void nl_tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_
 	for (int r = 0; r < nr; r++)
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
-		const uint8_t *q = pg_x8_qs(qs, nb, i);
+		const uint8_t *q = pg_x8_qs(qs, i);
 		pg_x8_prefetch(qs, i);
 		__m256i pa[4], pb[4]; /* rows 0-3, 4-7 */
 		/* half h: qs[8h..8h+7] of each row, elements 8h.. (low nibbles)

@@ -85,7 +85,7 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 	for (int p = 0; p < np; p++)
 		acc[p] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
-		const uint8_t *q = pg_x8_qs(qs, nb, i);
+		const uint8_t *q = pg_x8_qs(qs, i);
 		pg_x8_prefetch(qs, i);
 		const __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
 		__m512i w0l = _mm512_and_si512(q0, lo4), w0h = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
