@@ -28,9 +28,7 @@
 #include <stdint.h>
 
 #define PG_DISP_MAX 16 /* threads with a range of their own; the rest only take */
-#ifndef PG_DISP_BATCH
 #define PG_DISP_BATCH 4 /* the most chunks a thread claims from its own front at once */
-#endif
 
 struct pg_dispenser {
 	int nr;

@@ -362,33 +362,19 @@ static void gemv_q2_K_x512(int64_t k, const void *w, const void *x, size_t bx, i
 		pg_gemv_q2_K_row_avx512(k, w, (const char *)x + (size_t)even * bx, s + (size_t)even * bs);
 }
 
-static const struct pg_act_pack q2_K_pairs = {
-	.rows = 2,
-	.unit_bytes = pg_q8_K_pair_bytes_avx512,
-	.pack = pg_q8_K_pack_pairs_avx512,
-	.gemv8 = pg_gemv8_q2_K_pairs_avx512,
-};
-
-static const struct pg_act_pack q3_K_pairs = {
-	.rows = 2,
-	.unit_bytes = pg_q8_K_pair_bytes_avx512,
-	.pack = pg_q8_K_pack_pairs_avx512,
-	.gemv8 = pg_gemv8_q3_K_pairs_avx512,
-};
-
-static const struct pg_act_pack q5_K_pairs = {
-	.rows = 2,
-	.unit_bytes = pg_q8_K_pair_bytes_avx512,
-	.pack = pg_q8_K_pack_pairs_avx512,
-	.gemv8 = pg_gemv8_q5_K_pairs_avx512,
-};
-
-static const struct pg_act_pack q6_K_pairs = {
-	.rows = 2,
-	.unit_bytes = pg_q8_K_pair_bytes_avx512,
-	.pack = pg_q8_K_pack_pairs_avx512,
-	.gemv8 = pg_gemv8_q6_K_pairs_avx512,
-};
+/* The K-quants whose prompt kernels read Q8_K rows in packed pairs
+ * (q23_K_avx512.c): one pack, a kernel per type. */
+#define Q8_K_PAIRS(NAME, GEMV8)                              \
+	static const struct pg_act_pack NAME = {             \
+		.rows = 2,                                   \
+		.unit_bytes = pg_q8_K_pair_bytes_avx512,     \
+		.pack = pg_q8_K_pack_pairs_avx512,           \
+		.gemv8 = GEMV8,                              \
+	};
+Q8_K_PAIRS(q2_K_pairs, pg_gemv8_q2_K_pairs_avx512)
+Q8_K_PAIRS(q3_K_pairs, pg_gemv8_q3_K_pairs_avx512)
+Q8_K_PAIRS(q5_K_pairs, pg_gemv8_q5_K_pairs_avx512)
+Q8_K_PAIRS(q6_K_pairs, pg_gemv8_q6_K_pairs_avx512)
 
 /* Two or more activation rows of Q8_0: packed pairs on 512-bit vectors.
  * One row (decode) stays on the 256-bit kernel: it is bound by memory. */

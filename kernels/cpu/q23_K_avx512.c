@@ -28,6 +28,7 @@
 #include "kernels/cpu/cpu.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
@@ -52,15 +53,22 @@ AI void weight_prep(const block_q2_K *b, __m512i *tables, __m256i *mins)
 	*mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), lo4));
 }
 
+/* Group g's dword of v in lanes 0-3 of each pair half, group g + 1's in
+ * 4-7 (v: group t's in dword t), for a run of 32 that spans two groups of
+ * 16: a Q2_K table or a Q3_K/Q6_K scale per lane. */
+AI __m512i group_scales(__m512i v, int g)
+{
+	const __m512i gi = _mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g, g, g, g, g + 1, g + 1,
+					     g + 1, g + 1);
+	return _mm512_permutexvar_epi32(gi, v);
+}
+
 /* Run 4j + p of the super-block (its levels at bits 2p of qs[32j..]) as
  * level·scale, in both halves: bytes 0-15 are group 8j + 2p, 16-31 the
  * next. */
 AI __m512i scaled_levels(__m512i tables, __m512i bits, int j, int p)
 {
-	const int g = 8 * j + 2 * p;
-	const __m512i gi =
-		_mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g, g, g, g, g + 1, g + 1, g + 1, g + 1);
-	return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gi, tables),
+	return _mm512_shuffle_epi8(group_scales(tables, 8 * j + 2 * p),
 				   _mm512_and_si512(_mm512_srli_epi16(bits, 2 * p), _mm512_set1_epi8(3)));
 }
 
@@ -187,6 +195,38 @@ AI __m512 pair_dy(const char *pq, const struct q2k_pair_layout *l, int64_t i)
 						    _mm_load_sd((const double *)(pq + l->d) + i))));
 }
 
+/* acc[h][q] = 0 for both weight rows and NP pairs */
+AI void acc_zero(__m512 (*acc)[PG_PACK_PAIRS], const int NP)
+{
+	#pragma GCC unroll 4
+	for (int h = 0; h < 2; h++)
+		#pragma GCC unroll 4
+		for (int q = 0; q < NP; q++)
+			acc[h][q] = _mm512_setzero_ps();
+}
+
+/* Run r of super-block i of NP packed pairs against both weight rows'
+ * unsigned levels lv: isum += sv · (the lane's Σ (lv - off)·y), vpdpbusd
+ * then vpdpwssd (the lane's sum an i16, sv's scale in each dword's low
+ * word). off4: Q3_K's levels are level + 4, taken back out through the
+ * accumulator start (-4·Σy, shared by the two rows); the other types
+ * take their offset out elsewhere. */
+AI void run_dots(__m512i (*isum)[PG_PACK_PAIRS], const __m512i lv[2], const __m512i sv[2], const char *x,
+		 size_t ps, const struct q2k_pair_layout *l, int64_t i, int r, const int NP, const bool off4)
+{
+	#pragma GCC unroll 4
+	for (int q = 0; q < NP; q++) {
+		const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l->y + 512 * i + 64 * r);
+		const __m512i c =
+			off4 ? _mm512_sub_epi32(_mm512_setzero_si512(),
+						_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(4), y))
+			     : _mm512_setzero_si512();
+		#pragma GCC unroll 4
+		for (int h = 0; h < 2; h++)
+			isum[h][q] = _mm512_dpwssd_epi32(isum[h][q], _mm512_dpbusd_epi32(c, lv[h], y), sv[h]);
+	}
+}
+
 /* The end of a super-block for two weight rows (d0, d1) against NP pairs:
  * acc += dy·dw·(float)isum, ggml's one FMA per lane. */
 AI void close_block(__m512 (*acc)[PG_PACK_PAIRS], __m512i (*isum)[PG_PACK_PAIRS], pg_f16 d0, pg_f16 d1,
@@ -220,11 +260,7 @@ AI void q2_K_rows2(int64_t nb, const block_q2_K *w, size_t bw, const char *x, si
 {
 	const struct q2k_pair_layout l = layout(nb);
 	__m512 acc[2][PG_PACK_PAIRS];
-	#pragma GCC unroll 4
-	for (int h = 0; h < 2; h++)
-		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++)
-			acc[h][q] = _mm512_setzero_ps();
+	acc_zero(acc, NP);
 	for (int64_t i = 0; i < nb; i++) {
 		const block_q2_K *b[2] = { w + i, (const block_q2_K *)((const char *)w + bw) + i };
 		__m512i tables[2];
@@ -309,13 +345,9 @@ AI void q3_K_rows2(int64_t nb, const block_q3_K *w, size_t bw, const char *x, si
 		   float (*out)[2][2])
 {
 	const struct q2k_pair_layout l = layout(nb);
-	const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1), four = _mm512_set1_epi8(4);
+	const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
 	__m512 acc[2][PG_PACK_PAIRS];
-	#pragma GCC unroll 4
-	for (int h = 0; h < 2; h++)
-		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++)
-			acc[h][q] = _mm512_setzero_ps();
+	acc_zero(acc, NP);
 	for (int64_t i = 0; i < nb; i++) {
 		const block_q3_K *b[2] = { w + i, (const block_q3_K *)((const char *)w + bw) + i };
 		__m512i sdw[2], hb[2], isum[2][PG_PACK_PAIRS];
@@ -340,27 +372,15 @@ AI void q3_K_rows2(int64_t nb, const block_q3_K *w, size_t bw, const char *x, si
 				bits[h] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[h]->qs + 32 * j)));
 			#pragma GCC unroll 4
 			for (int p = 0; p < 4; p++) {
-				const int g = 8 * j + 2 * p;
-				const __m512i gi = _mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g, g, g, g,
-								     g + 1, g + 1, g + 1, g + 1);
 				__m512i lv[2], sv[2];
 				#pragma GCC unroll 4
 				for (int h = 0; h < 2; h++) {
 					const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(bits[h], 2 * p), m3);
 					const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(hb[h], 4 * j + p), one);
 					lv[h] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 2));
-					sv[h] = _mm512_permutexvar_epi32(gi, sdw[h]);
+					sv[h] = group_scales(sdw[h], 8 * j + 2 * p);
 				}
-				#pragma GCC unroll 4
-				for (int q = 0; q < NP; q++) {
-					const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l.y + 512 * i + 64 * (4 * j + p));
-					const __m512i c = _mm512_sub_epi32(_mm512_setzero_si512(),
-									   _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, y));
-					#pragma GCC unroll 4
-					for (int h = 0; h < 2; h++)
-						isum[h][q] = _mm512_dpwssd_epi32(isum[h][q], _mm512_dpbusd_epi32(c, lv[h], y),
-										 sv[h]);
-				}
+				run_dots(isum, lv, sv, x, ps, &l, i, 4 * j + p, NP, true);
 			}
 		}
 		close_block(acc, isum, b[0]->d, b[1]->d, x, ps, &l, i, NP);
@@ -387,11 +407,7 @@ AI void q6_K_rows2(int64_t nb, const block_q6_K *w, size_t bw, const char *x, si
 	const struct q2k_pair_layout l = layout(nb);
 	const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
 	__m512 acc[2][PG_PACK_PAIRS];
-	#pragma GCC unroll 4
-	for (int h = 0; h < 2; h++)
-		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++)
-			acc[h][q] = _mm512_setzero_ps();
+	acc_zero(acc, NP);
 	for (int64_t i = 0; i < nb; i++) {
 		const block_q6_K *b[2] = { w + i, (const block_q6_K *)((const char *)w + bw) + i };
 		__m512i sdw[2], isum[2][PG_PACK_PAIRS];
@@ -422,9 +438,6 @@ AI void q6_K_rows2(int64_t nb, const block_q6_K *w, size_t bw, const char *x, si
 			}
 			#pragma GCC unroll 4
 			for (int k = 0; k < 4; k++) {
-				const int g = 8 * j + 2 * k;
-				const __m512i gi = _mm512_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1, g, g, g, g,
-								     g + 1, g + 1, g + 1, g + 1);
 				__m512i lv[2], sv[2];
 				#pragma GCC unroll 4
 				for (int h = 0; h < 2; h++) {
@@ -433,16 +446,9 @@ AI void q6_K_rows2(int64_t nb, const block_q6_K *w, size_t bw, const char *x, si
 									    m4);
 					const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh[h], 2 * k), m3);
 					lv[h] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
-					sv[h] = _mm512_permutexvar_epi32(gi, sdw[h]);
+					sv[h] = group_scales(sdw[h], 8 * j + 2 * k);
 				}
-				#pragma GCC unroll 4
-				for (int q = 0; q < NP; q++) {
-					const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l.y + 512 * i + 64 * (4 * j + k));
-					#pragma GCC unroll 4
-					for (int h = 0; h < 2; h++)
-						isum[h][q] = _mm512_dpwssd_epi32(
-							isum[h][q], _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[h], y), sv[h]);
-				}
+				run_dots(isum, lv, sv, x, ps, &l, i, 4 * j + k, NP, false);
 			}
 		}
 		close_block(acc, isum, b[0]->d, b[1]->d, x, ps, &l, i, NP);
@@ -471,11 +477,10 @@ AI void q5_K_rows2(int64_t nb, const block_q5_K *w, size_t bw, const char *x, si
 	__m512 acc[2][PG_PACK_PAIRS];
 	/* the scalar chains of the mins, 128-bit lane 2h + (0: a, 1: b) */
 	__m512 summs[PG_PACK_PAIRS];
+	acc_zero(acc, NP);
 	#pragma GCC unroll 4
-	for (int q = 0; q < NP; q++) {
-		acc[0][q] = acc[1][q] = _mm512_setzero_ps();
+	for (int q = 0; q < NP; q++)
 		summs[q] = _mm512_setzero_ps();
-	}
 	for (int64_t i = 0; i < nb; i++) {
 		const block_q5_K *b[2] = { w + i, (const block_q5_K *)((const char *)w + bw) + i };
 		uint8_t sm[2][16];
@@ -526,14 +531,7 @@ AI void q5_K_rows2(int64_t nb, const block_q5_K *w, size_t bw, const char *x, si
 					lv[h] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
 					sv[h] = _mm512_set1_epi32(sm[h][r]);
 				}
-				#pragma GCC unroll 4
-				for (int q = 0; q < NP; q++) {
-					const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l.y + 512 * i + 64 * r);
-					#pragma GCC unroll 4
-					for (int h = 0; h < 2; h++)
-						isum[h][q] = _mm512_dpwssd_epi32(
-							isum[h][q], _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[h], y), sv[h]);
-				}
+				run_dots(isum, lv, sv, x, ps, &l, i, r, NP, false);
 			}
 		}
 		close_block(acc, isum, b[0]->d, b[1]->d, x, ps, &l, i, NP);

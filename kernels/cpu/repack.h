@@ -20,8 +20,8 @@
  *     (bytes as in block_q4_0: low nibble element e, high e + 16);
  *   its 8 rows' d (f16, as in the file) at pg_x8_sc(g, nb, i);
  *   padding to a multiple of 64.
- * (Until session 13 all the nibbles came first and all the scales after
- * them, a second stream per group whose lines the prefetches reached late.)
+ * (All the nibbles first and all the scales after them made the scales a
+ * second stream per group, whose lines the prefetches reached late.)
  * Nibbles stay unsigned levels 0..15: (q - 8)·y = q·y - 8·Σy, and -8·Σy,
  * the same for all rows, comes with the activation block (pg_q8x.off).
  *
@@ -74,7 +74,7 @@ typedef struct {
 #include <xmmintrin.h>
 static inline __attribute__((always_inline)) void pg_x8_prefetch(const void *g, int64_t i)
 {
-	const char *q = (const char *)g + PG_X8_QUAD * (size_t)(i / 4) + 128 * (size_t)(i % 4) + PG_X8_PF_AHEAD;
+	const char *q = (const char *)pg_x8_qs(g, i) + PG_X8_PF_AHEAD;
 	_mm_prefetch(q, _MM_HINT_T0);
 	_mm_prefetch(q + 64, _MM_HINT_T0);
 	if (i % 4 == 3)
