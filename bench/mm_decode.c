@@ -14,9 +14,14 @@
  * read / probe is what the 155 short jobs cost; matmuls / read what the
  * kernels cost on top. Prints medians and the median of per-round ratios.
  *
+ * Given ways of fetching ahead (pg_cpu_set_prefetch's names: lines, pages,
+ * auto), it times the token's matmuls under each in turn instead, a round
+ * of each after a warm-up, and prints each way's median time and its
+ * speed against the first's, per round (median and quartiles).
+ *
  *   cc -O2 -march=native -I. -o build/mm_decode bench/mm_decode.c build/libpagoda-engine.a \
  *      $(pkg-config --libs libpcre2-8 libxxhash) -lm -pthread
- *   build/mm_decode MODEL.gguf THREADS [ROUNDS]
+ *   build/mm_decode MODEL.gguf THREADS [ROUNDS [WAY...]]
  */
 #include "daemon/model/model.h"
 #include "kernels/backend.h"
@@ -80,6 +85,48 @@ static size_t weight_bytes(const struct model_weight *w)
 	return pg_wrow_bytes(t, w->cols) * (size_t)w->rows;
 }
 
+static void matmuls(struct pg_pool *pool, const struct model_weight *const *w, int nw, const float *X, float *Y)
+{
+	for (int i = 0; i < nw; i++)
+		pg_matmul(pool, w[i]->data, w[i]->type, w[i]->rows, w[i]->cols, X, 1, Y, w[i]->rows);
+}
+
+#define MAX_WAYS 8
+#define MAX_ROUNDS 400
+
+static int compare_ways(struct pg_pool *pool, const struct model_weight *const *w, int nw, const float *X, float *Y,
+			int rounds, char **ways, int nways)
+{
+	static double t[MAX_WAYS][MAX_ROUNDS];
+	if (nways > MAX_WAYS || rounds > MAX_ROUNDS) {
+		fprintf(stderr, "at most %d ways and %d rounds\n", MAX_WAYS, MAX_ROUNDS);
+		return 2;
+	}
+	for (int v = 0; v < nways; v++)
+		if (!pg_cpu_set_prefetch(ways[v])) {
+			fprintf(stderr, "unknown way %s (lines, pages, auto)\n", ways[v]);
+			return 2;
+		}
+	for (int r = -1; r < rounds; r++)
+		for (int v = 0; v < nways; v++) {
+			pg_cpu_set_prefetch(ways[v]);
+			const double t0 = now();
+			matmuls(pool, w, nw, X, Y);
+			if (r >= 0)
+				t[v][r] = now() - t0;
+		}
+	printf("one decode token's matmuls, %d rounds per way:\n", rounds);
+	for (int v = 0; v < nways; v++) {
+		double speed[MAX_ROUNDS];
+		for (int r = 0; r < rounds; r++)
+			speed[r] = t[0][r] / t[v][r];
+		qsort(speed, (size_t)rounds, sizeof *speed, cmp_double);
+		printf("  %-6s %.3f ms, speed vs %s %.3f [quartiles %.3f %.3f]\n", ways[v], median(t[v], rounds) * 1e3,
+		       ways[0], speed[rounds / 2], speed[rounds / 4], speed[3 * rounds / 4]);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -92,7 +139,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
-	const int rounds = argc > 3 && atoi(argv[3]) > 0 ? atoi(argv[3]) : 9;
+	int rounds = argc > 3 && atoi(argv[3]) > 0 ? atoi(argv[3]) : 9;
 	struct pg_pool *pool = pg_pool_create(atoi(argv[2]));
 	const struct model_weight *w[7 * 256 + 1];
 	int nw = 0;
@@ -124,7 +171,12 @@ int main(int argc, char **argv)
 	srand(3);
 	for (int64_t i = 0; i < wide; i++)
 		X[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-	for (size_t i = 0; i < PROBE_BYTES / 8; i++)
+	int rc = 0;
+	if (argc > 4) {
+		rc = compare_ways(pool, w, nw, X, Y, rounds, argv + 4, argc - 4);
+		rounds = 0;
+	}
+	for (size_t i = 0; rounds && i < PROBE_BYTES / 8; i++)
 		buf[i] = i * 0x9e3779b97f4a7c15ull;
 	uint64_t check = 0;
 	for (int r = 0; r < rounds; r++) {
@@ -140,20 +192,21 @@ int main(int argc, char **argv)
 		}
 		rd[r] = bytes / (now() - t) / 1e9;
 		t = now();
-		for (int i = 0; i < nw; i++)
-			pg_matmul(pool, w[i]->data, w[i]->type, w[i]->rows, w[i]->cols, X, 1, Y, w[i]->rows);
+		matmuls(pool, w, nw, X, Y);
 		mm[r] = bytes / (now() - t) / 1e9;
 		r_rd[r] = rd[r] / probe[r];
 		r_mm[r] = mm[r] / probe[r];
 		r_kern[r] = mm[r] / rd[r];
 		check ^= s.sink[0];
 	}
-	printf("one decode token's weights, %.3f GB in %d matrices, %d rounds (GB/s, median):\n", bytes / 1e9, nw,
-	       rounds);
-	printf("  probe %.1f | read matrix by matrix %.1f | matmuls %.1f (%.1f tok/s)\n", median(probe, rounds),
-	       median(rd, rounds), median(mm, rounds), median(mm, rounds) * 1e9 / bytes);
-	printf("  paired: read/probe %.3f, matmuls/probe %.3f, matmuls/read %.3f\n", median(r_rd, rounds),
-	       median(r_mm, rounds), median(r_kern, rounds));
+	if (rounds) {
+		printf("one decode token's weights, %.3f GB in %d matrices, %d rounds (GB/s, median):\n", bytes / 1e9,
+		       nw, rounds);
+		printf("  probe %.1f | read matrix by matrix %.1f | matmuls %.1f (%.1f tok/s)\n", median(probe, rounds),
+		       median(rd, rounds), median(mm, rounds), median(mm, rounds) * 1e9 / bytes);
+		printf("  paired: read/probe %.3f, matmuls/probe %.3f, matmuls/read %.3f\n", median(r_rd, rounds),
+		       median(r_mm, rounds), median(r_kern, rounds));
+	}
 	sink = check;
 	free(X);
 	free(Y);
@@ -166,5 +219,5 @@ int main(int argc, char **argv)
 	free(r_kern);
 	pg_pool_destroy(pool);
 	model_free(m);
-	return 0;
+	return rc;
 }

@@ -87,6 +87,11 @@ const char *pg_cpu_isa(void);
 /* Forces an ISA no higher than the CPU has; false if the CPU lacks it or
  * the name is unknown. Not for use while other threads compute. */
 bool pg_cpu_set_isa(const char *name);
+/* How decode's Q4_0 and IQ4_NL kernels fetch ahead: "lines", "pages", or
+ * "auto" (timed as decode runs; kernels/cpu/pf_tune.h).
+ * PAGODA_PREFETCH=lines|pages|auto sets it at start. False for an unknown
+ * name. */
+bool pg_cpu_set_prefetch(const char *name);
 
 /* ---- elementwise, with ggml's numerics ------------------------------------ */
 /* Sum of squares in double, scale = 1/sqrtf(mean+eps), y = (x*scale)*w. */

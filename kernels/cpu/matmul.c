@@ -31,9 +31,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/dispenser.h"
+#include "kernels/cpu/pf_tune.h"
 
 uint32_t pg_vec_dot_type(uint32_t wtype)
 {
@@ -192,6 +194,7 @@ struct tl_buf {
 	size_t cap;
 };
 static _Thread_local struct tl_buf tl_act, tl_pack;
+static _Thread_local struct pg_pf_tune tl_pf;
 
 static void *scratch(struct tl_buf *b, size_t need)
 {
@@ -316,6 +319,7 @@ struct x8_job {
 	float *Y;
 	int64_t ldy;
 	int64_t chunk; /* groups */
+	enum pg_x8_pf pf;
 	struct pg_dispenser disp;
 };
 
@@ -364,7 +368,7 @@ static void x8_chunk(const struct x8_job *j, int64_t c)
 		const int nr = (int)(j->m - i0 < PG_X8_MAX_NR ? j->m - i0 : PG_X8_MAX_NR);
 		for (int64_t g = g0; g < g1; g++)
 			j->fn(j->nb, j->W + (size_t)g * j->gbytes, j->Xx + i0 * j->nb, xxrow, nr,
-			      j->Y + i0 * j->ldy + 8 * g, (size_t)j->ldy);
+			      j->Y + i0 * j->ldy + 8 * g, (size_t)j->ldy, j->pf);
 	}
 }
 
@@ -414,13 +418,42 @@ static bool x8_prepare(struct pg_pool *p, struct x8_job *j, const void *W, uint3
 	return true;
 }
 
+static double now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+/* Runs the count jobs at xj (one dispenser, d). One activation row
+ * (decode) streams the weights from memory and fetches ahead the way the
+ * calling thread's tuner picks (pf_tune.h), or the pinned way, the run
+ * timed for the tuner; a prompt's tiles find each chunk's weights in L2
+ * after the first, and fetch by lines. */
+static void x8_run(struct pg_pool *p, struct x8_job *xj, int count, bool alone, struct pg_dispenser *d,
+		   int64_t nchunks, void (*fn)(void *, int, int), void *arg)
+{
+	const int pin = pg_pf_pinned();
+	const bool tune = xj[0].m == 1 && pin < 0;
+	const enum pg_x8_pf pf = xj[0].m > 1 ? PG_X8_PF_LINES : tune ? pg_pf_pick(&tl_pf) : (enum pg_x8_pf)pin;
+	double bytes = 0;
+	for (int i = 0; i < count; i++) {
+		xj[i].pf = pf;
+		bytes += (double)(xj[i].n / 8) * (double)xj[i].gbytes;
+	}
+	const double t0 = tune ? now_ns() : 0;
+	run_chunks(p, alone, d, nchunks, fn, arg);
+	if (tune)
+		pg_pf_note(&tl_pf, pf, bytes, now_ns() - t0);
+}
+
 static void x8_matmul(struct pg_pool *p, const void *W, uint32_t wtype, int64_t n, int64_t k, const float *X,
 		      const void *Xq, int64_t m, float *Y, int64_t ldy)
 {
 	struct x8_job j;
 	if (!x8_prepare(p, &j, W, wtype, n, k, X, Xq, m, Y, ldy))
 		return;
-	run_chunks(p, n <= 8 * j.chunk && m <= PG_X8_MAX_NR, &j.disp, x8_nchunks(&j), x8_job_run, &j);
+	x8_run(p, &j, 1, n <= 8 * j.chunk && m <= PG_X8_MAX_NR, &j.disp, x8_nchunks(&j), x8_job_run, &j);
 }
 
 /* j->Xq = X in the weight's vec-dot type (X itself for f32), in the
@@ -552,5 +585,8 @@ void pg_matmul_many(struct pg_pool *p, const struct pg_mm_out *o, int count, int
 			pg_matmul(p, o[i].W, o[i].wtype, o[i].n, k, X, m, o[i].Y, o[i].ldy);
 		return;
 	}
-	run_chunks(p, false, &j.disp, j.first[j.count], many_job_run, &j);
+	if (j.x8)
+		x8_run(p, j.xj, j.count, false, &j.disp, j.first[j.count], many_job_run, &j);
+	else
+		run_chunks(p, false, &j.disp, j.first[j.count], many_job_run, &j);
 }

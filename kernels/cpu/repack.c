@@ -103,14 +103,18 @@ static void x8_scalar(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx,
 	}
 }
 
-void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+		       enum pg_x8_pf pf)
 {
+	(void)pf;
 	static const int8_t nibbles[16] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
 	x8_scalar(nb, g, x, bx, nr, s, bs, nibbles, true);
 }
 
 /* IQ4_NL in the same layout: levels looked up, no offset. */
-void pg_iq4_nl_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+void pg_iq4_nl_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			 enum pg_x8_pf pf)
 {
+	(void)pf;
 	x8_scalar(nb, g, x, bx, nr, s, bs, pg_iq4nl_values, false);
 }

@@ -64,17 +64,43 @@ typedef struct {
 	int8_t qs[32];
 } pg_q8x;
 
-/* Decode streams the groups from DRAM, faster than the hardware
- * prefetchers follow, so the kernels fetch ahead themselves, at each
- * block: the stream's lines PG_X8_PF_AHEAD bytes on (about one group of
- * k = 2048, so into the next group): block i's two lines of nibbles, and
- * at the last block of a quad the quad's line of scales too. */
+/* Decode streams the groups from DRAM faster than the core alone asks for
+ * them, so the kernels fetch ahead, in one of two ways (enum pg_x8_pf),
+ * neither of which wins on this host all the time (pf_tune.h picks):
+ *
+ *   LINES  every line of the stream, PG_X8_PF_AHEAD bytes on (about one
+ *          group of k = 2048, so into the next group): at each block its
+ *          two lines of nibbles, and at the last block of a quad the
+ *          quad's line of scales;
+ *   PAGES  only the first PG_X8_PF_KICK bytes of the next 4 KB page, as
+ *          the stream enters a page: the hardware's stream prefetcher
+ *          follows a linear stream within a page but stops at its end,
+ *          and these lines start it on the next page one page early.
+ *
+ * On the Zen 5 VMs here, PAGES made one decode token's Q4_0 matmuls
+ * 1.05-1.22x as fast as LINES for stretches of seconds to minutes, and
+ * 0.78-0.93x in others (bench/mm_decode with ways to alternate; LINES
+ * was 1.05x no prefetching at all in the second kind of stretch, equal in
+ * the first). The next page's first 256 bytes, or 640, or from 3 or 6 KB
+ * ahead, were slower than 448-512 from 4 KB in both. (Q8_0's kernel, whose
+ * eight row streams the hardware does not follow, ran at half speed
+ * fetching only page starts.) */
+enum pg_x8_pf { PG_X8_PF_LINES, PG_X8_PF_PAGES, PG_X8_PF_MODES };
+
 #define PG_X8_PF_AHEAD 8192
+#define PG_X8_PF_KICK 448
 #if defined(__x86_64__)
 #include <xmmintrin.h>
-static inline __attribute__((always_inline)) void pg_x8_prefetch(const void *g, int64_t i)
+static inline __attribute__((always_inline)) void pg_x8_prefetch(const void *g, int64_t i, enum pg_x8_pf pf)
 {
-	const char *q = (const char *)pg_x8_qs(g, i) + PG_X8_PF_AHEAD;
+	const char *q = (const char *)pg_x8_qs(g, i);
+	if (pf == PG_X8_PF_PAGES) {
+		q += 4096;
+		if (((uintptr_t)q & 4095) >= PG_X8_PF_KICK)
+			return;
+	} else {
+		q += PG_X8_PF_AHEAD;
+	}
 	_mm_prefetch(q, _MM_HINT_T0);
 	_mm_prefetch(q + 64, _MM_HINT_T0);
 	if (i % 4 == 3)
@@ -83,9 +109,10 @@ static inline __attribute__((always_inline)) void pg_x8_prefetch(const void *g, 
 #endif
 
 /* Eight weight rows (one group, g) against nr (1..PG_X8_MAX_NR) activation
- * rows of nb blocks each, bx bytes apart: s[r*bs + j] = dot(row j, x_r). */
+ * rows of nb blocks each, bx bytes apart: s[r*bs + j] = dot(row j, x_r),
+ * fetching ahead as pf says. */
 typedef void (*pg_q4_0_x8_fn)(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s,
-			      size_t bs);
+			      size_t bs, enum pg_x8_pf pf);
 
 /* Bytes of the repacked copy of n rows (n % 8 == 0) of k (k % 32 == 0). */
 size_t pg_q4_0_x8_size(int64_t n, int64_t k);
@@ -127,14 +154,20 @@ void pg_q4_K_x8_block(const block_q4_K *const rows[8], int64_t i, uint8_t *sb);
 /* Q8_0 blocks to pg_q8x blocks, nb of them (dn = d: a row alone). */
 void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb);
 
-void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
-void pg_q4_0_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
-void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
+void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			enum pg_x8_pf pf);
+void pg_q4_0_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			enum pg_x8_pf pf);
+void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			enum pg_x8_pf pf);
 /* IQ4_NL (PG_TYPE_IQ4_NL_X8): the same layout, built by pg_q4_0_x8_repack
  * (block_iq4_nl is block_q4_0's shape), levels from pg_iq4nl_values and no
  * offset; ggml_gemv/gemm_iq4_nl_8x8_q8_0 keep Q4_0's order. */
-void pg_iq4_nl_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
-void pg_iq4_nl_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
-void pg_iq4_nl_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs);
+void pg_iq4_nl_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			enum pg_x8_pf pf);
+void pg_iq4_nl_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			enum pg_x8_pf pf);
+void pg_iq4_nl_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			enum pg_x8_pf pf);
 
 #endif

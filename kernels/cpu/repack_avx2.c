@@ -28,7 +28,7 @@ ALWAYS_INLINE __m256i bcast8(const int8_t *p)
 
 /* At most 4 activation rows: 16 ymm registers. */
 ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, const int nr, float *s,
-			size_t bs)
+			size_t bs, const enum pg_x8_pf pf)
 {
 	const __m256i lo4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
 	const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7); /* its own inverse */
@@ -38,7 +38,7 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *q = pg_x8_qs(qs, i);
-		pg_x8_prefetch(qs, i);
+		pg_x8_prefetch(qs, i, pf);
 		/* a: rows 0-3, b: rows 4-7; 0: qs[0..7], 1: qs[8..15] */
 		const __m256i q0a = _mm256_loadu_si256((const __m256i *)q);
 		const __m256i q0b = _mm256_loadu_si256((const __m256i *)(q + 32));
@@ -70,18 +70,25 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 }
 
 /* A table entry from a tile body: activation rows 4 at a time, the row
- * count a constant in each instance so the accumulators stay in registers. */
-#define X8_ENTRY(NAME, TILE)                                                                          \
-	void NAME(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)    \
-	{                                                                                             \
-		for (; nr > 0; nr -= 4, x = (const pg_q8x *)((const char *)x + 4 * bx), s += 4 * bs) {  \
-			switch (nr) {                                                                 \
-			case 1: TILE(nb, g, x, bx, 1, s, bs); break;                                  \
-			case 2: TILE(nb, g, x, bx, 2, s, bs); break;                                  \
-			case 3: TILE(nb, g, x, bx, 3, s, bs); break;                                  \
-			default: TILE(nb, g, x, bx, 4, s, bs); break;                                 \
-			}                                                                             \
-		}                                                                                     \
+ * count a constant in each instance so the accumulators stay in registers;
+ * decode (one row) with a copy per way of fetching ahead. */
+#define X8_ENTRY(NAME, TILE)                                                                             \
+	void NAME(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,       \
+		  enum pg_x8_pf pf)                                                                      \
+	{                                                                                                \
+		for (; nr > 0; nr -= 4, x = (const pg_q8x *)((const char *)x + 4 * bx), s += 4 * bs) {     \
+			switch (nr) {                                                                    \
+			case 1:                                                                          \
+				if (pf == PG_X8_PF_PAGES)                                                \
+					TILE(nb, g, x, bx, 1, s, bs, PG_X8_PF_PAGES);                    \
+				else                                                                     \
+					TILE(nb, g, x, bx, 1, s, bs, PG_X8_PF_LINES);                    \
+				break;                                                                   \
+			case 2: TILE(nb, g, x, bx, 2, s, bs, pf); break;                                 \
+			case 3: TILE(nb, g, x, bx, 3, s, bs, pf); break;                                 \
+			default: TILE(nb, g, x, bx, 4, s, bs, pf); break;                                \
+			}                                                                                \
+		}                                                                                        \
 	}
 
 X8_ENTRY(pg_q4_0_x8_avx2, tile)
@@ -95,7 +102,7 @@ ALWAYS_INLINE __m256i nl_dot(__m256i q, __m256i y, __m256i ay)
 }
 
 ALWAYS_INLINE void nl_tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, const int nr, float *s,
-			   size_t bs)
+			   size_t bs, const enum pg_x8_pf pf)
 {
 	const __m256i lo4 = _mm256_set1_epi8(0x0F);
 	const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pg_iq4nl_values));
@@ -106,7 +113,7 @@ ALWAYS_INLINE void nl_tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_
 		acc[r] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *q = pg_x8_qs(qs, i);
-		pg_x8_prefetch(qs, i);
+		pg_x8_prefetch(qs, i, pf);
 		__m256i pa[4], pb[4]; /* rows 0-3, 4-7 */
 		/* half h: qs[8h..8h+7] of each row, elements 8h.. (low nibbles)
 		 * and 16+8h.. (high) */

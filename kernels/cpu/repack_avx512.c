@@ -75,7 +75,7 @@ ALWAYS_INLINE __m512i dots(__m512i a, const int8_t *y, __m512i w0l, __m512i w1l,
 }
 
 ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t bx, const int nr, float *s,
-			size_t bs, const bool nl)
+			size_t bs, const bool nl, const enum pg_x8_pf pf)
 {
 	const __m512i lo4 = _mm512_set1_epi8(0x0F);
 	const __m512i lut = nl ? nl_lut() : lo4;
@@ -86,7 +86,7 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 		acc[p] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *q = pg_x8_qs(qs, i);
-		pg_x8_prefetch(qs, i);
+		pg_x8_prefetch(qs, i, pf);
 		const __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
 		__m512i w0l = _mm512_and_si512(q0, lo4), w0h = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
 		__m512i w1l = _mm512_and_si512(q1, lo4), w1h = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
@@ -145,27 +145,36 @@ ALWAYS_INLINE void tile(int64_t nb, const uint8_t *qs, const pg_q8x *x, size_t b
 	}
 }
 
+/* Decode (one row) gets a copy per way of fetching ahead, so that the
+ * choice is not a branch per block. */
 ALWAYS_INLINE void tiles(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
-			 const bool nl)
+			 const bool nl, enum pg_x8_pf pf)
 {
 	switch (nr) {
-	case 1: tile(nb, g, x, bx, 1, s, bs, nl); break;
-	case 2: tile(nb, g, x, bx, 2, s, bs, nl); break;
-	case 3: tile(nb, g, x, bx, 3, s, bs, nl); break;
-	case 4: tile(nb, g, x, bx, 4, s, bs, nl); break;
-	case 5: tile(nb, g, x, bx, 5, s, bs, nl); break;
-	case 6: tile(nb, g, x, bx, 6, s, bs, nl); break;
-	case 7: tile(nb, g, x, bx, 7, s, bs, nl); break;
-	default: tile(nb, g, x, bx, 8, s, bs, nl); break;
+	case 1:
+		if (pf == PG_X8_PF_PAGES)
+			tile(nb, g, x, bx, 1, s, bs, nl, PG_X8_PF_PAGES);
+		else
+			tile(nb, g, x, bx, 1, s, bs, nl, PG_X8_PF_LINES);
+		break;
+	case 2: tile(nb, g, x, bx, 2, s, bs, nl, pf); break;
+	case 3: tile(nb, g, x, bx, 3, s, bs, nl, pf); break;
+	case 4: tile(nb, g, x, bx, 4, s, bs, nl, pf); break;
+	case 5: tile(nb, g, x, bx, 5, s, bs, nl, pf); break;
+	case 6: tile(nb, g, x, bx, 6, s, bs, nl, pf); break;
+	case 7: tile(nb, g, x, bx, 7, s, bs, nl, pf); break;
+	default: tile(nb, g, x, bx, 8, s, bs, nl, pf); break;
 	}
 }
 
-void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+		       enum pg_x8_pf pf)
 {
-	tiles(nb, g, x, bx, nr, s, bs, false);
+	tiles(nb, g, x, bx, nr, s, bs, false, pf);
 }
 
-void pg_iq4_nl_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs)
+void pg_iq4_nl_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			 enum pg_x8_pf pf)
 {
-	tiles(nb, g, x, bx, nr, s, bs, true);
+	tiles(nb, g, x, bx, nr, s, bs, true, pf);
 }

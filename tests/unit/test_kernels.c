@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/pf_tune.h"
 #include "kernels/cpu/repack.h"
 
 static const char *const all_isas[] = { "scalar", "avx2", "avx512" };
@@ -1240,7 +1241,8 @@ END_TEST
 /* Q4_0 weights repacked at load (PG_TYPE_Q4_0_X8) must give the bits of
  * the same weights unpacked (the gemv8 path, llama.cpp's q4_0_8x8 order),
  * on every ISA, for any m (tiles of the repacked path are 8 rows, of the
- * unpacked one 4), threaded or not, from f32 or from Q8_0 activations;
+ * unpacked one 4), threaded or not, from f32 or from Q8_0 activations,
+ * one row fetching ahead either way (repack.h);
  * and the repacked kernels of all ISAs read one layout. Weights with raw
  * random nibbles (every level) and activations of ±1 (every value ±127)
  * reach the extremes of the i16 sums of the AVX2 kernel. */
@@ -1281,9 +1283,15 @@ START_TEST(test_x8_repacked_equals_unpacked)
 					pg_quantize_act(t, X + r * k, Xq + (size_t)r * xr, k);
 				for (int64_t m = 1; m <= mmax; m += m < 9 ? 1 : 8) {
 					pg_matmul(NULL, W, t, n, k, X, m, Yw, n);
-					for (int v = 0; v < 4; v++) {
+					/* v 4 and 5: one row with each way of fetching
+					 * ahead pinned (0-3 leave it to the tuner) */
+					for (int v = 0; v < (m == 1 ? 6 : 4); v++) {
 						memset(Yx, 0xff, sizeof(float) * (size_t)(m * n));
-						if (v < 2)
+						if (v >= 4) {
+							ck_assert(pg_cpu_set_prefetch(v == 4 ? "pages" : "lines"));
+							pg_matmul(pool, Wx, tx, n, k, X, m, Yx, n);
+							ck_assert(pg_cpu_set_prefetch("auto"));
+						} else if (v < 2)
 							pg_matmul(v ? pool : NULL, Wx, tx, n, k, X, m, Yx, n);
 						else if (v == 2)
 							pg_matmul_q(pool, Wx, tx, n, k, Xq, m, Yx, n);
@@ -1687,6 +1695,74 @@ START_TEST(test_matmul_many_equals_each)
 }
 END_TEST
 
+
+/* The decode prefetch tuner (pf_tune.h) against a model host whose two ways
+ * cost cost[way] ns per byte, ±1% of noise per call: the share of calls it
+ * gives the way that is not cur, and how many times it changed ways. */
+struct tune_run {
+	double other_share;
+	int changes;
+};
+
+static struct tune_run run_tuner(struct pg_pf_tune *t, const double cost[2], int calls)
+{
+	struct tune_run r = { 0, 0 };
+	int other = 0;
+	for (int c = 0; c < calls; c++) {
+		const enum pg_x8_pf before = t->cur, pf = pg_pf_pick(t);
+		other += pf != before;
+		/* matrices of a decode step: 0.3 to 6.5 MB */
+		const double bytes = (c % 7 == 1 || c % 7 == 2) ? 0.3e6 : c % 7 >= 4 ? 6.5e6 : 2.4e6;
+		pg_pf_note(t, pf, bytes, bytes * cost[pf] * (1.0 + 0.01 * (2.0 * (rnd() % 1001) / 1000.0 - 1.0)));
+		r.changes += t->cur != before;
+	}
+	r.other_share = (double)other / calls;
+	return r;
+}
+
+/* It moves to the faster way within a window or two, stays there while
+ * trying the other one call in PG_PF_EXPLORE_FAR (the other is far
+ * slower) or PG_PF_EXPLORE (it is close), and moves back when the host
+ * changes; two ways within its margin of each other never make it flip
+ * back and forth. */
+START_TEST(test_pf_tune_follows_faster_way)
+{
+	struct pg_pf_tune t = { 0 };
+	ck_assert_int_eq(t.cur, PG_X8_PF_LINES);
+	const double pages_faster[2] = { 1.0, 0.8 }, lines_faster[2] = { 0.85, 1.0 }, even[2] = { 1.0, 1.01 },
+		     close[2] = { 1.0, 1.06 };
+	struct tune_run r = run_tuner(&t, pages_faster, 2 * PG_PF_WINDOW);
+	ck_assert_int_eq(t.cur, PG_X8_PF_PAGES);
+	ck_assert_int_eq(r.changes, 1);
+	r = run_tuner(&t, pages_faster, 4 * PG_PF_WINDOW);
+	ck_assert_int_eq(r.changes, 0);
+	ck_assert(fabs(r.other_share - 1.0 / PG_PF_EXPLORE_FAR) < 0.005);
+	r = run_tuner(&t, lines_faster, 3 * PG_PF_WINDOW);
+	ck_assert_int_eq(t.cur, PG_X8_PF_LINES);
+	ck_assert_int_eq(r.changes, 1);
+	r = run_tuner(&t, close, 4 * PG_PF_WINDOW);
+	ck_assert_int_eq(r.changes, 0);
+	ck_assert(fabs(r.other_share - 1.0 / PG_PF_EXPLORE) < 0.01);
+	r = run_tuner(&t, even, 10 * PG_PF_WINDOW);
+	ck_assert_int_le(r.changes, 1);
+	ck_assert(fabs(r.other_share - 1.0 / PG_PF_EXPLORE) < 0.01);
+}
+END_TEST
+
+/* PAGODA_PREFETCH's names pin a way; anything else is refused. */
+START_TEST(test_pf_pin)
+{
+	ck_assert(pg_cpu_set_prefetch("pages"));
+	ck_assert_int_eq(pg_pf_pinned(), PG_X8_PF_PAGES);
+	ck_assert(pg_cpu_set_prefetch("lines"));
+	ck_assert_int_eq(pg_pf_pinned(), PG_X8_PF_LINES);
+	ck_assert(!pg_cpu_set_prefetch("sometimes"));
+	ck_assert_int_eq(pg_pf_pinned(), PG_X8_PF_LINES);
+	ck_assert(pg_cpu_set_prefetch("auto"));
+	ck_assert_int_lt(pg_pf_pinned(), 0);
+}
+END_TEST
+
 static Suite *kernels_suite(void)
 {
 	Suite *s = suite_create("kernels");
@@ -1710,6 +1786,8 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_iq4_xs_order_is_ggml);
 	tcase_add_test(tc, test_iq4_xs_panel_rows);
 	tcase_add_loop_test(tc, test_x8_repacked_equals_unpacked, 0, 2);
+	tcase_add_test(tc, test_pf_tune_follows_faster_way);
+	tcase_add_test(tc, test_pf_pin);
 	tcase_add_test(tc, test_iq4_nl_orders_are_ggml);
 	tcase_add_test(tc, test_q8_0_order_is_ggml);
 	tcase_add_test(tc, test_q8_0_s127_same_bits);
