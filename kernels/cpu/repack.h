@@ -111,8 +111,9 @@ static inline __attribute__((always_inline)) void pg_x8_prefetch(const void *g, 
 /* Eight weight rows (one group, g) against nr (1..PG_X8_MAX_NR) activation
  * rows of nb blocks each, bx bytes apart: s[r*bs + j] = dot(row j, x_r),
  * fetching ahead as pf says. */
-typedef void (*pg_q4_0_x8_fn)(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s,
-			      size_t bs, enum pg_x8_pf pf);
+typedef void pg_x8_kernel(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
+			  enum pg_x8_pf pf);
+typedef pg_x8_kernel *pg_q4_0_x8_fn;
 
 /* Bytes of the repacked copy of n rows (n % 8 == 0) of k (k % 32 == 0). */
 size_t pg_q4_0_x8_size(int64_t n, int64_t k);
@@ -154,20 +155,10 @@ void pg_q4_K_x8_block(const block_q4_K *const rows[8], int64_t i, uint8_t *sb);
 /* Q8_0 blocks to pg_q8x blocks, nb of them (dn = d: a row alone). */
 void pg_q8x_from_q8_0(const void *src, pg_q8x *dst, int64_t nb);
 
-void pg_q4_0_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
-			enum pg_x8_pf pf);
-void pg_q4_0_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
-			enum pg_x8_pf pf);
-void pg_q4_0_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
-			enum pg_x8_pf pf);
+pg_x8_kernel pg_q4_0_x8_scalar, pg_q4_0_x8_avx2, pg_q4_0_x8_avx512;
 /* IQ4_NL (PG_TYPE_IQ4_NL_X8): the same layout, built by pg_q4_0_x8_repack
  * (block_iq4_nl is block_q4_0's shape), levels from pg_iq4nl_values and no
  * offset; ggml_gemv/gemm_iq4_nl_8x8_q8_0 keep Q4_0's order. */
-void pg_iq4_nl_x8_scalar(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
-			enum pg_x8_pf pf);
-void pg_iq4_nl_x8_avx2(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
-			enum pg_x8_pf pf);
-void pg_iq4_nl_x8_avx512(int64_t nb, const void *g, const pg_q8x *x, size_t bx, int nr, float *s, size_t bs,
-			enum pg_x8_pf pf);
+pg_x8_kernel pg_iq4_nl_x8_scalar, pg_iq4_nl_x8_avx2, pg_iq4_nl_x8_avx512;
 
 #endif
