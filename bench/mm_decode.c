@@ -139,7 +139,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
-	int rounds = argc > 3 && atoi(argv[3]) > 0 ? atoi(argv[3]) : 9;
+	const int rounds = argc > 3 && atoi(argv[3]) > 0 ? atoi(argv[3]) : 9;
 	struct pg_pool *pool = pg_pool_create(atoi(argv[2]));
 	const struct model_weight *w[7 * 256 + 1];
 	int nw = 0;
@@ -174,9 +174,9 @@ int main(int argc, char **argv)
 	int rc = 0;
 	if (argc > 4) {
 		rc = compare_ways(pool, w, nw, X, Y, rounds, argv + 4, argc - 4);
-		rounds = 0;
+		goto done;
 	}
-	for (size_t i = 0; rounds && i < PROBE_BYTES / 8; i++)
+	for (size_t i = 0; i < PROBE_BYTES / 8; i++)
 		buf[i] = i * 0x9e3779b97f4a7c15ull;
 	uint64_t check = 0;
 	for (int r = 0; r < rounds; r++) {
@@ -199,15 +199,14 @@ int main(int argc, char **argv)
 		r_kern[r] = mm[r] / rd[r];
 		check ^= s.sink[0];
 	}
-	if (rounds) {
-		printf("one decode token's weights, %.3f GB in %d matrices, %d rounds (GB/s, median):\n", bytes / 1e9,
-		       nw, rounds);
-		printf("  probe %.1f | read matrix by matrix %.1f | matmuls %.1f (%.1f tok/s)\n", median(probe, rounds),
-		       median(rd, rounds), median(mm, rounds), median(mm, rounds) * 1e9 / bytes);
-		printf("  paired: read/probe %.3f, matmuls/probe %.3f, matmuls/read %.3f\n", median(r_rd, rounds),
-		       median(r_mm, rounds), median(r_kern, rounds));
-	}
+	printf("one decode token's weights, %.3f GB in %d matrices, %d rounds (GB/s, median):\n", bytes / 1e9, nw,
+	       rounds);
+	printf("  probe %.1f | read matrix by matrix %.1f | matmuls %.1f (%.1f tok/s)\n", median(probe, rounds),
+	       median(rd, rounds), median(mm, rounds), median(mm, rounds) * 1e9 / bytes);
+	printf("  paired: read/probe %.3f, matmuls/probe %.3f, matmuls/read %.3f\n", median(r_rd, rounds),
+	       median(r_mm, rounds), median(r_kern, rounds));
 	sink = check;
+done:
 	free(X);
 	free(Y);
 	free(buf);

@@ -7,7 +7,8 @@
 
 #include "kernels/backend.h"
 
-#define PIN_UNREAD (-2)
+#define PIN_UNKNOWN (-3) /* a name pin_of does not know */
+#define PIN_UNREAD (-2)	 /* PAGODA_PREFETCH not read yet */
 #define PIN_AUTO (-1)
 
 static _Atomic int g_pin = PIN_UNREAD;
@@ -20,7 +21,7 @@ static int pin_of(const char *name)
 		return PG_X8_PF_LINES;
 	if (!strcmp(name, "pages"))
 		return PG_X8_PF_PAGES;
-	return PIN_UNREAD;
+	return PIN_UNKNOWN;
 }
 
 int pg_pf_pinned(void)
@@ -29,8 +30,8 @@ int pg_pf_pinned(void)
 	if (p != PIN_UNREAD)
 		return p;
 	p = pin_of(getenv("PAGODA_PREFETCH"));
-	if (p == PIN_UNREAD)
-		p = PIN_AUTO; /* an unknown value: the tuner, as unset */
+	if (p == PIN_UNKNOWN)
+		p = PIN_AUTO; /* the tuner, as unset */
 	atomic_store_explicit(&g_pin, p, memory_order_relaxed);
 	return p;
 }
@@ -38,7 +39,7 @@ int pg_pf_pinned(void)
 bool pg_cpu_set_prefetch(const char *name)
 {
 	const int p = pin_of(name);
-	if (p == PIN_UNREAD)
+	if (p == PIN_UNKNOWN)
 		return false;
 	atomic_store_explicit(&g_pin, p, memory_order_relaxed);
 	return true;

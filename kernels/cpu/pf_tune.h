@@ -20,7 +20,6 @@
 #ifndef PAGODA_KERNELS_CPU_PF_TUNE_H
 #define PAGODA_KERNELS_CPU_PF_TUNE_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/cpu/repack.h"

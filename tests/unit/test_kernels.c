@@ -1695,7 +1695,6 @@ START_TEST(test_matmul_many_equals_each)
 }
 END_TEST
 
-
 /* The decode prefetch tuner (pf_tune.h) against a model host whose two ways
  * cost cost[way] ns per byte, ±1% of noise per call: the share of calls it
  * gives the way that is not cur, and how many times it changed ways. */
