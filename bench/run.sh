@@ -13,7 +13,7 @@
 #   BENCH_NO_LLAMA=1    measure pagoda alone
 #   BENCH_BUILD_LLAMA=0 do not build llama.cpp natively (node-llama-cpp alone, if installed)
 #   BENCH_PP, BENCH_TG, BENCH_SWEEP ("1 4 16 64"), BENCH_SW_PP, BENCH_SW_TG,
-#   BENCH_SW_ROUNDS, BENCH_GEN_PAIRS, BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N,
+#   BENCH_SW_ROUNDS, BENCH_GEN_PAIRS, BENCH_TT_PAIRS, BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N,
 #   BENCH_PFX_ROUNDS:
 #                       override the sizes (for a machine too loaded for the defaults;
 #                       the log prints the sizes used)
@@ -56,16 +56,16 @@ done
 
 # ---- settings ---------------------------------------------------------------
 if [ "$QUICK" = 1 ]; then
-	ROUNDS=1 PP=64 TG=32 SWEEP="1 4" SW_PP=16 SW_TG=16 SW_ROUNDS=1 GEN_PAIRS=2
+	ROUNDS=1 PP=64 TG=32 SWEEP="1 4" SW_PP=16 SW_TG=16 SW_ROUNDS=1 GEN_PAIRS=2 TT_PAIRS=1
 	PFX=256 PFX_SUF=16 PFX_N=4 PFX_C=2 RTT_N=2000 ST_K=16 ST_TG=64 PFX_ROUNDS=1
 else
-	ROUNDS=3 PP=512 TG=128 SWEEP="1 4 16 64" SW_PP=64 SW_TG=64 SW_ROUNDS=3 GEN_PAIRS=8
+	ROUNDS=3 PP=512 TG=128 SWEEP="1 4 16 64" SW_PP=64 SW_TG=64 SW_ROUNDS=3 GEN_PAIRS=8 TT_PAIRS=2
 	PFX=384 PFX_SUF=16 PFX_N=6 PFX_C=2 RTT_N=20000 ST_K=32 ST_TG=256 PFX_ROUNDS=2
 fi
 
 ROUNDS=${BENCH_ROUNDS:-$ROUNDS} PP=${BENCH_PP:-$PP} TG=${BENCH_TG:-$TG} SWEEP=${BENCH_SWEEP:-$SWEEP}
 SW_PP=${BENCH_SW_PP:-$SW_PP} SW_TG=${BENCH_SW_TG:-$SW_TG} SW_ROUNDS=${BENCH_SW_ROUNDS:-$SW_ROUNDS}
-GEN_PAIRS=${BENCH_GEN_PAIRS:-$GEN_PAIRS}
+GEN_PAIRS=${BENCH_GEN_PAIRS:-$GEN_PAIRS} TT_PAIRS=${BENCH_TT_PAIRS:-$TT_PAIRS}
 PFX=${BENCH_PFX:-$PFX} PFX_SUF=${BENCH_PFX_SUF:-$PFX_SUF} PFX_N=${BENCH_PFX_N:-$PFX_N} PFX_ROUNDS=${BENCH_PFX_ROUNDS:-$PFX_ROUNDS}
 say "# pagoda make bench, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n)"
 say "cpu: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1), $(nproc) cores; threads $T; quick=$QUICK, rounds $ROUNDS; prefill $PP, decode $TG, sweep \"$SWEEP\" x ($SW_PP + $SW_TG)"
@@ -324,7 +324,67 @@ done
 rg=$(awk '$1 != "NA" { print $1 }' "$W/gen-run.txt" | median)
 rttft=$(awk '$2 != "NA" { print $2 }' "$W/gen-run.txt" | median)
 say "median of pair ratios, generate / run: decode ${rg}x, TTFT ${rttft}x (target: within 3%)"
-echo "gen_over_run decode=$rg ttft=$rttft pairs=$GEN_PAIRS" >>"$SUMMARY"
+
+# What the daemon path adds to a token, from the engine's own probes
+# (bpf/token_time.bt on each binary, over TT_PAIRS more pairs): a decode
+# token's forward pass, the same code in both, and the rest of its
+# inter-token time (sampling, handing the token out, the loop). What the
+# IPC costs is the daemon's rest less the in-process one.
+ipc_us=NA ipc_frac=NA
+if [ "$(id -u)" = 0 ] && command -v bpftrace >/dev/null 2>&1; then
+	tt_start() { # BINARY OUT: bpftrace on BINARY, attached when this returns; sets TT_PID
+		bpftrace "$ROOT/bpf/token_time.bt" "$1" >"$2" 2>&1 &
+		TT_PID=$!
+		n=0
+		until grep -q '^attached' "$2" 2>/dev/null || [ $n -gt 300 ]; do
+			n=$((n + 1))
+			sleep 0.2
+		done
+	}
+	tt_stop() { # PID: a signal can be lost (see tests/e2e/lib.sh stop_bg), so again, then KILL
+		for _ in 1 2 3 4 5 6 7 8 9 10; do
+			kill -INT "$1" 2>/dev/null || break
+			sleep 0.5
+		done
+		kill -KILL "$1" 2>/dev/null
+		wait "$1" 2>/dev/null
+	}
+	tt_field() { grep '^tokens ' "$2" | tail -n1 | sed -n "s/.* $1 \([0-9-]*\).*/\1/p"; }
+	BA=$(cd "$B" && pwd)
+	tt_start "$BA/pagodad" "$W/token-time-daemon.txt"
+	tt_d=$TT_PID
+	tt_start "$BA/pagoda" "$W/token-time-run.txt"
+	tt_r=$TT_PID
+	i=1
+	while [ $i -le "$TT_PAIRS" ]; do
+		if [ $((i % 2)) -eq 1 ]; then
+			pagoda_run "$M8" "$PF8" >/dev/null
+			pagoda_gen "$SOCK_NOCACHE" "$PF8" >/dev/null
+		else
+			pagoda_gen "$SOCK_NOCACHE" "$PF8" >/dev/null
+			pagoda_run "$M8" "$PF8" >/dev/null
+		fi
+		i=$((i + 1))
+	done
+	sleep 2 # one more of the scripts' once-a-second lines
+	tt_stop "$tt_d"
+	tt_stop "$tt_r"
+	rf=$(tt_field forward_ns "$W/token-time-run.txt") ro=$(tt_field other_ns "$W/token-time-run.txt")
+	df=$(tt_field forward_ns "$W/token-time-daemon.txt") dot=$(tt_field other_ns "$W/token-time-daemon.txt")
+	di=$(tt_field itl_ns "$W/token-time-daemon.txt")
+	if [ -n "$rf" ] && [ -n "$ro" ] && [ -n "$df" ] && [ -n "$dot" ] && [ -n "$di" ]; then
+		record "{\"what\":\"token_time\",\"pairs\":$TT_PAIRS,\"run\":{\"forward_ns\":$rf,\"other_ns\":$ro},\"daemon\":{\"forward_ns\":$df,\"other_ns\":$dot,\"itl_ns\":$di}}"
+		ipc_us=$(awk -v d="$dot" -v r="$ro" 'BEGIN { printf "%.1f", (d - r) / 1000 }')
+		ipc_frac=$(awk -v u="$ipc_us" -v i="$di" 'BEGIN { printf "%.2f", 100 * u * 1000 / i }')
+		say "per decode token over $TT_PAIRS more pairs (bpf/token_time.bt): forward pass $(awk -v v="$rf" 'BEGIN { printf "%.2f", v / 1e6 }') ms in-process, $(awk -v v="$df" 'BEGIN { printf "%.2f", v / 1e6 }') ms in the daemon; the rest $((ro / 1000)) us in-process, $((dot / 1000)) us in the daemon"
+		say "the daemon path adds ${ipc_us} us per token outside the forward pass: ${ipc_frac}% of its inter-token time (the forward passes, the same code, ran at $(ratio "$rf" "$df")x)"
+	else
+		say "token time: bpftrace gave no figures (see $W/token-time-*.txt)"
+	fi
+else
+	say "token time: needs root and bpftrace: skipped"
+fi
+echo "gen_over_run decode=$rg ttft=$rttft pairs=$GEN_PAIRS ipc_us=$ipc_us ipc_pct=$ipc_frac" >>"$SUMMARY"
 
 # ---- what bounds Q8_0 decode ------------------------------------------------------
 # The token's matmuls against a plain read of the same weights with the same

@@ -706,11 +706,12 @@ int engine_step(struct engine *e)
 		};
 		count_tokens(e, &p);
 		int r = model_forward(e->m, e->fwd, &e->kv, &b);
+		uint64_t t_fwd = now_ns();
 		if (r)
 			fail_batch(e, &p, r);
 		else
 			after_forward(e, &p);
-		PROBE_STEP(p.n_tok, p.n_slots, now_ns() - t0);
+		PROBE_STEP(p.n_tok, p.n_slots, now_ns() - t0, t_fwd - t0);
 	}
 	update_stats(e, &p);
 	pthread_mutex_lock(&e->lock);

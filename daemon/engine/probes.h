@@ -9,7 +9,12 @@
  *   request__token(uid, id, token, itl_ns)
  *   request__done(uid, id, reason, n_gen, total_ns)
  *   request__preempt(uid, id, n_tokens)
- *   step(n_tokens, n_seqs, step_ns)
+ *   step(n_tokens, n_seqs, step_ns, forward_ns)
+ *
+ * A step's time is its forward pass plus sampling and handing the tokens
+ * out (to the client's ring in pagodad): step_ns - forward_ns is what the
+ * delivery costs, and a token's itl_ns minus its step what the loop around
+ * the steps costs.
  */
 #ifndef PAGODA_PROBES_H
 #define PAGODA_PROBES_H
@@ -22,6 +27,6 @@
 #define PROBE_TOKEN(uid, id, tok, itl) DTRACE_PROBE4(pagoda, request__token, uid, id, tok, itl)
 #define PROBE_DONE(uid, id, why, n, t) DTRACE_PROBE5(pagoda, request__done, uid, id, why, n, t)
 #define PROBE_PREEMPT(uid, id, n) DTRACE_PROBE3(pagoda, request__preempt, uid, id, n)
-#define PROBE_STEP(n, s, t) DTRACE_PROBE3(pagoda, step, n, s, t)
+#define PROBE_STEP(n, s, t, f) DTRACE_PROBE4(pagoda, step, n, s, t, f)
 
 #endif
