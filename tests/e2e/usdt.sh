@@ -10,16 +10,21 @@ if [ "$(id -u)" != 0 ] || ! command -v bpftrace >/dev/null; then
 fi
 need_testdata models/stories260K.gguf
 out=$(mktemp)
-bpftrace bpf/requests.bt "$(cd "$B" && pwd)/pagoda" > "$out" 2>&1 &
-bt=$!
-# BEGIN prints the header once every probe is attached.
-if ! wait_match "$out" "^uid" 120; then
-	bad "bpftrace printed no header in 120 s"
+# trace SCRIPT REGEX: bpftrace SCRIPT on build/pagoda into $out, its pid in
+# $bt, once a line matches REGEX (each script's BEGIN prints one when every
+# probe is attached); the test ends there when none comes.
+trace() {
+	: >"$out"
+	bpftrace "$1" "$(cd "$B" && pwd)/pagoda" > "$out" 2>&1 &
+	bt=$!
+	wait_match "$out" "$2" 120 && return 0
+	bad "$1 did not attach in 120 s"
 	stop_bg $bt KILL 10
 	cat "$out" >&2
 	rm -f "$out"
 	finish
-fi
+}
+trace bpf/requests.bt "^uid"
 timeout 120 "$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Once upon a time" -n 7 --temp 0 >/dev/null 2>&1
 timeout 120 "$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Lily and Ben" -n 9 --temp 0 >/dev/null 2>&1
 sleep 1
@@ -28,16 +33,7 @@ if grep -Eq "^1 +1 +[0-9]+ +[0-9]+ +7 +[0-9]+ length" "$out"; then ok; else bad 
 if grep -Eq "^1 +1 +[0-9]+ +[0-9]+ +9 +[0-9]+ length" "$out"; then ok; else bad "no line for the 9-token request"; fi
 [ "$fails" -eq 0 ] || cat "$out" >&2
 
-: >"$out"
-bpftrace bpf/token_time.bt "$(cd "$B" && pwd)/pagoda" > "$out" 2>&1 &
-bt=$!
-if ! wait_match "$out" "^attached" 120; then
-	bad "token_time.bt did not attach in 120 s"
-	stop_bg $bt KILL 10
-	cat "$out" >&2
-	rm -f "$out"
-	finish
-fi
+trace bpf/token_time.bt "^attached"
 # 12 tokens: the first comes from the prompt's step, 11 from one-token steps.
 timeout 120 "$B/pagoda" run -m "$T/models/stories260K.gguf" -p "Once upon a time" -n 12 --temp 0 >/dev/null 2>&1
 wait_match "$out" "^tokens 11 " 10
