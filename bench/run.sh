@@ -302,16 +302,21 @@ say ""
 say "## pagoda generate (daemon, socket $SOCK_NOCACHE) against pagoda run (in-process), $(basename "$M8" .gguf), $PP-token prompt + $TG tokens, $GEN_PAIRS adjacent pairs"
 say "pair | load | run decode tok/s, TTFT ms | generate decode tok/s, TTFT ms | gen/run decode, TTFT"
 : >"$W/gen-run.txt"
-i=1
-while [ $i -le "$GEN_PAIRS" ]; do
-	ld=$(loadavg | cut -d' ' -f1)
-	if [ $((i % 2)) -eq 1 ]; then
+# run_pair I: pair I, run then generate when I is odd, the other way when
+# even; sets a (pagoda_run's fields) and b (pagoda_gen's).
+run_pair() {
+	if [ $(($1 % 2)) -eq 1 ]; then
 		a=$(pagoda_run "$M8" "$PF8")
 		b=$(pagoda_gen "$SOCK_NOCACHE" "$PF8")
 	else
 		b=$(pagoda_gen "$SOCK_NOCACHE" "$PF8")
 		a=$(pagoda_run "$M8" "$PF8")
 	fi
+}
+i=1
+while [ $i -le "$GEN_PAIRS" ]; do
+	ld=$(loadavg | cut -d' ' -f1)
+	run_pair $i
 	set -- $a
 	r_tg=${4:-NA} r_ttft=${5:-NA}
 	set -- $b
@@ -357,13 +362,7 @@ if [ "$(id -u)" = 0 ] && command -v bpftrace >/dev/null 2>&1; then
 	tt_r=$TT_PID
 	i=1
 	while [ $i -le "$TT_PAIRS" ]; do
-		if [ $((i % 2)) -eq 1 ]; then
-			pagoda_run "$M8" "$PF8" >/dev/null
-			pagoda_gen "$SOCK_NOCACHE" "$PF8" >/dev/null
-		else
-			pagoda_gen "$SOCK_NOCACHE" "$PF8" >/dev/null
-			pagoda_run "$M8" "$PF8" >/dev/null
-		fi
+		run_pair $i
 		i=$((i + 1))
 	done
 	sleep 2 # one more of the scripts' once-a-second lines
