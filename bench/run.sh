@@ -251,12 +251,15 @@ for M in "$M8" "$M4"; do
 		ld=$(loadavg | cut -d' ' -f1)
 		set -- $(pagoda_run "$M" "$PF")
 		p_np=${1:-NA} p_pp=${2:-NA} p_ng=${3:-NA} p_tg=${4:-NA} p_ttft=${5:-NA}
-		# The VM's bandwidth drifts by a third within an hour, so each
-		# decode is also set against a probe taken right before it.
-		p_bw=NA
-		[ "$BW" != NA ] && p_bw=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 3)")
+		# The VM's bandwidth drifts by a third within an hour, and by as
+		# much within a minute, so each decode is also set against probes
+		# taken right before and right after it, the higher of the two.
+		p_bw_before=NA p_bw_after=NA
+		[ "$BW" != NA ] && p_bw_before=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 3)")
 		p_tg0=$(pagoda_run_short "$M")
 		p_tg0=${p_tg0:-NA}
+		[ "$BW" != NA ] && p_bw_after=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 3)")
+		p_bw=$(maxof "$p_bw_before" "$p_bw_after")
 		l_pp=NA l_tg=NA l_tgd=NA n_pp=NA n_tg=NA
 		if [ -n "$LLAMA_BIN" ]; then
 			set -- $(llama_bench "$M")
@@ -266,7 +269,7 @@ for M in "$M8" "$M4"; do
 			set -- $(llama_node "$M")
 			n_pp=${1:-NA} n_tg=${2:-NA}
 		fi
-		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\",\"membw_before_tg0\":\"$p_bw\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
+		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\",\"membw_before_tg0\":\"$p_bw_before\",\"membw_after_tg0\":\"$p_bw_after\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
 		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg0") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$l_pp") / $(fmt "$l_tg") / $(fmt "$l_tgd") | $(fmt "$n_pp") / $(fmt "$n_tg")"
 		best_pp=$(maxof "$l_pp" "$n_pp") best_tg=$(maxof "$l_tg" "$n_tg")
 		echo "$p_pp $p_tg0 $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg0" "$best_tg") NA NA $l_pp $l_tg $n_pp $n_tg $p_tg $l_tgd $(ratio "$p_tg" "$l_tgd") ${p_bw:-NA}" >>"$W/rounds-$mname.txt"
@@ -288,7 +291,7 @@ for M in "$M8" "$M4"; do
 		lfrac=$(awk -v t="$lt" -v l="$lim" 'BEGIN { if (t == "NA") print "NA"; else printf "%.1f", 100 * t / l }')
 		say "bandwidth limit: $(fmt "$BW") GB/s / $(awk -v w="$WB" 'BEGIN { printf "%.3f", w / 1e9 }') GB per token = $lim tok/s; pagoda decode reaches ${frac}% (target >= 90% for Q8_0), llama.cpp ${lfrac}%"
 		pfrac=$(awk -v wb="$WB" '$2 != "NA" && $16 != "NA" && $16 > 0 { printf "%.1f\n", 100 * $2 * wb / ($16 * 1e9) }' "$W/rounds-$mname.txt" | median)
-		say "  paired: each round's decode against the best of 3 probe passes just before it, median ${pfrac}% (probes $(awk '$16 != "NA" { printf "%s ", $16 }' "$W/rounds-$mname.txt")GB/s)"
+		say "  paired: each round's decode against the best of 3 probe passes just before it and 3 just after, median ${pfrac}% (probes $(awk '$16 != "NA" { printf "%s ", $16 }' "$W/rounds-$mname.txt")GB/s)"
 	fi
 	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt bw_frac_paired=${pfrac:-NA}" >>"$SUMMARY"
 done
