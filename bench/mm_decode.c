@@ -1,18 +1,27 @@
 /* bench/mm_decode.c — where a decode token's memory time goes: the
  * matmuls of one token of a GGUF (every layer's seven and the output, on
  * the model's own mapped or repacked weights) set against two plain reads
- * through the same pool, alternating so that all three see the same
- * machine:
+ * through the same pool, and the whole forward pass of a decode token,
+ * alternating so that all four see the same machine:
  *
  *   probe    a 1 GiB buffer split once between the threads (bench/membw);
  *   read     the same weights, matrix by matrix, each split between the
  *            threads and joined as the matmuls are: what the token's
  *            access pattern and joins allow with no arithmetic at all;
  *   matmuls  the kernels on those weights, activations quantized as the
- *            engine does.
+ *            engine does;
+ *   forward  model_forward for one token, as the engine decodes one
+ *            sequence (its context grows by a token a round, from empty,
+ *            to FWD_CTX and around again): the matmuls plus attention,
+ *            the norms, RoPE, SwiGLU and the joins between them.
  *
  * read / probe is what the 155 short jobs cost; matmuls / read what the
- * kernels cost on top. Prints medians and the median of per-round ratios.
+ * kernels cost on top; forward / probe the share of the measured
+ * bandwidth a decode token's weights stream at (everything of a token
+ * but sampling and handing it out, which bpf/token_time.bt puts at 60-140
+ * us of 25 ms). Rounds are a few tens of milliseconds apart, where the
+ * host's bandwidth moves by a third within a minute, so the ratios are
+ * medians of per-round ratios.
  *
  * Given ways of fetching ahead (pg_cpu_set_prefetch's names: lines, pages,
  * auto), it times the token's matmuls under each in turn instead, a round
@@ -23,6 +32,7 @@
  *      $(pkg-config --libs libpcre2-8 libxxhash) -lm -pthread
  *   build/mm_decode MODEL.gguf THREADS [ROUNDS [WAY...]]
  */
+#include "daemon/kv/kv.h"
 #include "daemon/model/model.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
@@ -57,6 +67,13 @@ static double median(double *v, int n)
 	return v[n / 2];
 }
 
+/* quarter q (1 or 3) of v, sorted in place */
+static double quartile(double *v, int n, int q)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return v[q * n / 4];
+}
+
 struct span {
 	const uint64_t *p;
 	size_t words;
@@ -89,6 +106,58 @@ static void matmuls(struct pg_pool *pool, const struct model_weight *const *w, i
 {
 	for (int i = 0; i < nw; i++)
 		pg_matmul(pool, w[i]->data, w[i]->type, w[i]->rows, w[i]->cols, X, 1, Y, w[i]->rows);
+}
+
+/* One sequence decoding token after token, on the engine's forward pass. */
+#define FWD_CTX 256
+
+struct decoder {
+	const struct model *m;
+	struct kv_pool kv;
+	struct kv_seq seq;
+	struct fwd_ctx *fc;
+	float *logits;
+	int pos;
+};
+
+static int decoder_init(struct decoder *d, const struct model *m, struct pg_pool *pool, char *err, size_t errlen)
+{
+	*d = (struct decoder){ .m = m };
+	if (kv_pool_init(&d->kv, FWD_CTX / 16, 16, m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, false, err,
+			 errlen))
+		return -1;
+	d->fc = fwd_ctx_create(m, 1, FWD_CTX, pool);
+	d->logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+	if (!d->fc || !d->logits || kv_seq_reserve(&d->kv, &d->seq, FWD_CTX)) {
+		snprintf(err, errlen, "out of memory for a decoder of %d positions", FWD_CTX);
+		return -1;
+	}
+	return 0;
+}
+
+static void decoder_free(struct decoder *d)
+{
+	fwd_ctx_free(d->fc);
+	if (d->kv.meta) {
+		kv_seq_release(&d->kv, &d->seq);
+		kv_pool_free(&d->kv);
+	}
+	free(d->seq.blocks);
+	free(d->logits);
+}
+
+/* One decode step; the next at the following position, wrapping at
+ * FWD_CTX (every earlier position is then in the cache already). */
+static int decode_step(struct decoder *d)
+{
+	const int32_t tok = (int32_t)((d->pos * 7919) % d->m->hp.n_vocab), pos = d->pos;
+	const int seq = 0, ub = 1;
+	const bool want = true;
+	struct kv_seq *seqs[1] = { &d->seq };
+	const struct fwd_batch b = { .n = 1, .tokens = &tok, .pos = &pos, .seq = &seq, .want = &want,
+				     .ubatch = &ub, .seqs = seqs, .logits = d->logits };
+	d->pos = (d->pos + 1) % FWD_CTX;
+	return model_forward(d->m, d->fc, &d->kv, &b);
 }
 
 #define MAX_WAYS 8
@@ -164,7 +233,8 @@ int main(int argc, char **argv)
 	double *probe = calloc((size_t)rounds, sizeof(double)), *rd = calloc((size_t)rounds, sizeof(double));
 	double *mm = calloc((size_t)rounds, sizeof(double)), *r_rd = calloc((size_t)rounds, sizeof(double));
 	double *r_mm = calloc((size_t)rounds, sizeof(double)), *r_kern = calloc((size_t)rounds, sizeof(double));
-	if (!X || !Y || !buf || !probe || !rd || !mm || !r_rd || !r_mm || !r_kern) {
+	double *fw = calloc((size_t)rounds, sizeof(double)), *r_fw = calloc((size_t)rounds, sizeof(double));
+	if (!X || !Y || !buf || !probe || !rd || !mm || !r_rd || !r_mm || !r_kern || !fw || !r_fw) {
 		fprintf(stderr, "out of memory\n");
 		return 1;
 	}
@@ -174,6 +244,12 @@ int main(int argc, char **argv)
 	int rc = 0;
 	if (argc > 4) {
 		rc = compare_ways(pool, w, nw, X, Y, rounds, argv + 4, argc - 4);
+		goto done;
+	}
+	struct decoder dec;
+	if (decoder_init(&dec, m, pool, err, sizeof err) || decode_step(&dec)) {
+		fprintf(stderr, "decoder: %s\n", err);
+		rc = 1;
 		goto done;
 	}
 	for (size_t i = 0; i < PROBE_BYTES / 8; i++)
@@ -197,14 +273,28 @@ int main(int argc, char **argv)
 		r_rd[r] = rd[r] / probe[r];
 		r_mm[r] = mm[r] / probe[r];
 		r_kern[r] = mm[r] / rd[r];
+		t = now();
+		if (decode_step(&dec)) {
+			fprintf(stderr, "decoder: model_forward failed\n");
+			rc = 1;
+			break;
+		}
+		fw[r] = bytes / (now() - t) / 1e9;
+		r_fw[r] = fw[r] / probe[r];
 		check ^= s.sink[0];
 	}
+	decoder_free(&dec);
+	if (rc)
+		goto done;
 	printf("one decode token's weights, %.3f GB in %d matrices, %d rounds (GB/s, median):\n", bytes / 1e9, nw,
 	       rounds);
 	printf("  probe %.1f | read matrix by matrix %.1f | matmuls %.1f (%.1f tok/s)\n", median(probe, rounds),
 	       median(rd, rounds), median(mm, rounds), median(mm, rounds) * 1e9 / bytes);
 	printf("  paired: read/probe %.3f, matmuls/probe %.3f, matmuls/read %.3f\n", median(r_rd, rounds),
 	       median(r_mm, rounds), median(r_kern, rounds));
+	printf("  forward pass of a decode token %.1f GB/s (%.1f tok/s), paired forward/probe %.3f [quartiles %.3f %.3f]\n",
+	       median(fw, rounds), median(fw, rounds) * 1e9 / bytes, median(r_fw, rounds), quartile(r_fw, rounds, 1),
+	       quartile(r_fw, rounds, 3));
 	sink = check;
 done:
 	free(X);
@@ -216,6 +306,8 @@ done:
 	free(r_rd);
 	free(r_mm);
 	free(r_kern);
+	free(fw);
+	free(r_fw);
 	pg_pool_destroy(pool);
 	model_free(m);
 	return rc;
