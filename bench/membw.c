@@ -1,7 +1,10 @@
 /* bench/membw.c — the memory-bandwidth probe of `make bench`: T threads
  * stream reads over a buffer much larger than the caches (each its own
- * slice), the way single-stream decode reads the weights. Prints the best
- * and the median GB/s (1e9 bytes/s) of several passes.
+ * slice), the way single-stream decode reads the weights, on 2 MiB pages
+ * where the kernel grants them (as the engine holds its weights). Passes
+ * alternate a plain read and one that fetches ahead (stream_read.h).
+ * Prints the best and the median GB/s (1e9 bytes/s) of all passes, and
+ * each way's best.
  *
  *   membw [THREADS=2] [MIB=1024] [PASSES=10] */
 #ifndef _GNU_SOURCE
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "stream_read.h"
@@ -38,7 +42,7 @@ static void *run(void *arg)
 	for (int k = 0; k < s->passes; k++) {
 		pthread_barrier_wait(s->bar);
 		double t0 = now_s();
-		s->sum ^= read_slice(s->p, s->n);
+		s->sum ^= k % 2 ? read_slice_ahead(s->p, s->n) : read_slice(s->p, s->n);
 		pthread_barrier_wait(s->bar);
 		if (s->secs)
 			s->secs[k] = now_s() - t0;
@@ -62,9 +66,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	size_t bytes = mib << 20, n = bytes / 8;
-	uint64_t *buf = aligned_alloc(64, bytes);
+	const size_t huge = 2u << 20, alloc = (bytes + huge - 1) / huge * huge;
+	uint64_t *buf = aligned_alloc(huge, alloc);
 	if (!buf)
 		return 1;
+	madvise(buf, alloc, MADV_HUGEPAGE);
 	for (size_t i = 0; i < n; i++)
 		buf[i] = i * 0x9e3779b97f4a7c15ull;
 	double *secs = calloc((size_t)passes, sizeof *secs);
@@ -83,9 +89,14 @@ int main(int argc, char **argv)
 		pthread_join(th[t], NULL);
 		x ^= sl[t].sum;
 	}
-	double read = (double)per * 8 * threads;
+	double read = (double)per * 8 * threads, best_way[2] = { 0, 0 };
+	for (int k = 0; k < passes; k++)
+		if (read / secs[k] > best_way[k % 2])
+			best_way[k % 2] = read / secs[k];
 	qsort(secs, (size_t)passes, sizeof *secs, cmp);
-	printf("{\"threads\":%d,\"mib\":%zu,\"passes\":%d,\"best_gbs\":%.3f,\"median_gbs\":%.3f,\"check\":%llu}\n", threads,
-	       mib, passes, read / secs[0] / 1e9, read / secs[passes / 2] / 1e9, (unsigned long long)(x & 1));
+	printf("{\"threads\":%d,\"mib\":%zu,\"passes\":%d,\"best_gbs\":%.3f,\"median_gbs\":%.3f,\"best_plain_gbs\":%.3f,"
+	       "\"best_ahead_gbs\":%.3f,\"check\":%llu}\n",
+	       threads, mib, passes, read / secs[0] / 1e9, read / secs[passes / 2] / 1e9, best_way[0] / 1e9,
+	       best_way[1] / 1e9, (unsigned long long)(x & 1));
 	return 0;
 }

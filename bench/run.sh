@@ -184,7 +184,7 @@ if [ -x "$W/membw" ]; then
 	MB=$("$W/membw" "$T" "$PROBE_MIB" 10)
 	record "{\"what\":\"membw\",\"load\":\"$(loadavg)\",\"r\":$MB}"
 	BW=$(jget best_gbs "$MB")
-	say "memory bandwidth, $T threads reading: best $(fmt "$BW") GB/s, median $(fmt "$(jget median_gbs "$MB")") GB/s (load $(loadavg))"
+	say "memory bandwidth, $T threads reading: best $(fmt "$BW") GB/s (plain $(fmt "$(jget best_plain_gbs "$MB")"), fetching ahead $(fmt "$(jget best_ahead_gbs "$MB")")), median $(fmt "$(jget median_gbs "$MB")") GB/s (load $(loadavg))"
 fi
 
 # ---- prompt of exactly PP tokens (with BOS) for pagoda run / generate ----------
@@ -255,10 +255,10 @@ for M in "$M8" "$M4"; do
 		# much within a minute, so each decode is also set against probes
 		# taken right before and right after it, the higher of the two.
 		p_bw_before=NA p_bw_after=NA
-		[ "$BW" != NA ] && p_bw_before=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 3)")
+		[ "$BW" != NA ] && p_bw_before=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 4)")
 		p_tg0=$(pagoda_run_short "$M")
 		p_tg0=${p_tg0:-NA}
-		[ "$BW" != NA ] && p_bw_after=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 3)")
+		[ "$BW" != NA ] && p_bw_after=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 4)")
 		p_bw=$(maxof "$p_bw_before" "$p_bw_after")
 		l_pp=NA l_tg=NA l_tgd=NA n_pp=NA n_tg=NA
 		if [ -n "$LLAMA_BIN" ]; then
@@ -291,7 +291,7 @@ for M in "$M8" "$M4"; do
 		lfrac=$(awk -v t="$lt" -v l="$lim" 'BEGIN { if (t == "NA") print "NA"; else printf "%.1f", 100 * t / l }')
 		say "bandwidth limit: $(fmt "$BW") GB/s / $(awk -v w="$WB" 'BEGIN { printf "%.3f", w / 1e9 }') GB per token = $lim tok/s; pagoda decode reaches ${frac}% (target >= 90% for Q8_0), llama.cpp ${lfrac}%"
 		pfrac=$(awk -v wb="$WB" '$2 != "NA" && $16 != "NA" && $16 > 0 { printf "%.1f\n", 100 * $2 * wb / ($16 * 1e9) }' "$W/rounds-$mname.txt" | median)
-		say "  paired: each round's decode against the best of 3 probe passes just before it and 3 just after, median ${pfrac}% (probes $(awk '$16 != "NA" { printf "%s ", $16 }' "$W/rounds-$mname.txt")GB/s)"
+		say "  paired: each round's decode against the best of 4 probe passes just before it and 4 just after (half of them fetching ahead), median ${pfrac}% (probes $(awk '$16 != "NA" { printf "%s ", $16 }' "$W/rounds-$mname.txt")GB/s)"
 	fi
 	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt bw_frac_paired=${pfrac:-NA}" >>"$SUMMARY"
 done
