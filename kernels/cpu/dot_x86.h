@@ -971,13 +971,14 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
  *
  * Each row's block i + Q8_ROW_PF_BLOCKS is fetched ahead, and past the
  * row's end the next group's (8 rows on): about 10 KB ahead of the eight
- * streams whatever k is. Fetching the next group's block i instead was as
- * far ahead as 8 rows are long, 17 KB at k = 2048 and 48 KB at k = 5632
- * (ffn_down), where the lines left L1 before they were read: the matmuls
- * streamed at 0.78 of a plain read at k = 5632, 0.94 at k = 2048, and a
- * token's at 0.86-0.87; 36 blocks ahead, 0.94 at k = 5632 and 0.99-1.05 for
- * a token's (bench/mm_decode, Zen 5; 16 blocks 0.87, 24 0.95-0.98, 32-48
- * alike). */
+ * streams whatever k is. Fetching the next group's block i instead ran as
+ * far ahead as 8 rows are long, 17 KB at k = 2048 and 48 KB, L1's size,
+ * at k = 5632 (ffn_down): there the kernel streamed at 0.78 of a plain
+ * read, against 0.94 at k = 2048, and a token's matmuls at 0.86-0.87;
+ * with 36 blocks, 0.94 at k = 5632 and 0.96-1.05 for a token's (Zen 5,
+ * BENCHMARKS.md session 16: 16 blocks 0.87, 24-48 alike, 64 0.89-0.91).
+ * That lines fetched so early leave L1 before they are read is the likely
+ * reason, not a measured one (no PMU there). */
 #define Q8_ROW_PF_BLOCKS 36
 
 ALWAYS_INLINE void q8_0_x8_row_block(const void *w, size_t bw, const block_q8_0 *xb, int64_t i, size_t pf,
