@@ -20,7 +20,11 @@
  * kernels cost on top; forward / probe the share of the measured
  * bandwidth a decode token's weights stream at (everything of a token
  * but sampling and handing it out, which bpf/token_time.bt puts at 60-140
- * us of 25 ms). Rounds are a few tens of milliseconds apart, where the
+ * us of 25 ms), and forward / read the share of what a plain read of the
+ * same weights streams at. That last one does not depend on where the
+ * host put the probe's buffer against the weights: on this VM two
+ * buffers of one process can stream 1.1x apart (run 24: read/probe
+ * 1.13). Rounds are a few tens of milliseconds apart, where the
  * host's bandwidth moves by a third within a minute, so the ratios are
  * medians of per-round ratios.
  *
@@ -238,7 +242,8 @@ int main(int argc, char **argv)
 	double *mm = calloc((size_t)rounds, sizeof(double)), *r_rd = calloc((size_t)rounds, sizeof(double));
 	double *r_mm = calloc((size_t)rounds, sizeof(double)), *r_kern = calloc((size_t)rounds, sizeof(double));
 	double *fw = calloc((size_t)rounds, sizeof(double)), *r_fw = calloc((size_t)rounds, sizeof(double));
-	if (!X || !Y || !buf || !probe || !rd || !mm || !r_rd || !r_mm || !r_kern || !fw || !r_fw) {
+	double *r_fwrd = calloc((size_t)rounds, sizeof(double));
+	if (!X || !Y || !buf || !probe || !rd || !mm || !r_rd || !r_mm || !r_kern || !fw || !r_fw || !r_fwrd) {
 		fprintf(stderr, "out of memory\n");
 		return 1;
 	}
@@ -291,6 +296,7 @@ int main(int argc, char **argv)
 		}
 		fw[r] = bytes / (now() - t) / 1e9;
 		r_fw[r] = fw[r] / probe[r];
+		r_fwrd[r] = fw[r] / rd[r];
 		check ^= s.sink[0];
 	}
 	decoder_free(&dec);
@@ -305,6 +311,8 @@ int main(int argc, char **argv)
 	printf("  forward pass of a decode token %.1f GB/s (%.1f tok/s), paired forward/probe %.3f [quartiles %.3f %.3f]\n",
 	       median(fw, rounds), median(fw, rounds) * 1e9 / bytes, median(r_fw, rounds), quartile(r_fw, rounds, 1),
 	       quartile(r_fw, rounds, 3));
+	printf("  paired forward/read %.3f [quartiles %.3f %.3f]\n", median(r_fwrd, rounds), quartile(r_fwrd, rounds, 1),
+	       quartile(r_fwrd, rounds, 3));
 	sink = check;
 done:
 	free(X);
@@ -318,6 +326,7 @@ done:
 	free(r_kern);
 	free(fw);
 	free(r_fw);
+	free(r_fwrd);
 	pg_pool_destroy(pool);
 	model_free(m);
 	return rc;
