@@ -391,8 +391,9 @@ echo "gen_over_run decode=$rg ttft=$rttft pairs=$GEN_PAIRS ipc_us=$ipc_us ipc_pc
 # ---- what bounds Q8_0 decode ------------------------------------------------------
 # The token's matmuls against a plain read of the same weights with the same
 # joins, and against the probe, and a decode token's whole forward pass
-# against the probe, alternating round by round (bench/mm_decode.c): the
-# bandwidth share with the probe tens of milliseconds away, not seconds.
+# against both, alternating round by round (bench/mm_decode.c): the
+# bandwidth share with the reads tens of milliseconds away, not seconds,
+# and, against the weights' own read, wherever the host put them.
 MMD_LIBS="$B/libpagoda-engine.a $(pkg-config --libs libpcre2-8 libxxhash) -lm -pthread"
 MMD_ROUNDS=31
 if cc -O2 -march=native -I. -o "$W/mm_decode" bench/mm_decode.c $MMD_LIBS 2>>"$W/membw-build.log" ||
