@@ -96,6 +96,14 @@ static void read_job(void *a, int ith, int nth)
 					    : read_slice(s->p + per * (size_t)ith, n);
 }
 
+/* GB/s of one pass of read_job over s */
+static double pass_gbs(struct pg_pool *pool, struct span *s)
+{
+	const double t = now();
+	pg_pool_run(pool, read_job, s);
+	return (double)s->words * 8 / (now() - t) / 1e9;
+}
+
 /* What a matrix streams: the internal types' bytes are their file type's
  * (Q4_K_X8's repacked groups excepted, which pg_wrow_bytes knows). */
 static size_t weight_bytes(const struct model_weight *w)
@@ -147,10 +155,9 @@ static void decoder_free(struct decoder *d)
 {
 	fwd_ctx_free(d->fc);
 	if (d->kv.meta) {
-		kv_seq_release(&d->kv, &d->seq);
+		kv_seq_release(&d->kv, &d->seq); /* frees the block table too */
 		kv_pool_free(&d->kv);
 	}
-	free(d->seq.blocks);
 	free(d->logits);
 }
 
@@ -256,8 +263,14 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	struct decoder dec;
-	if (decoder_init(&dec, m, pool, err, sizeof err) || decode_step(&dec)) {
+	int dr = decoder_init(&dec, m, pool, err, sizeof err);
+	if (!dr && decode_step(&dec)) { /* the warm-up step */
+		snprintf(err, sizeof err, "model_forward failed");
+		dr = -1;
+	}
+	if (dr) {
 		fprintf(stderr, "decoder: %s\n", err);
+		decoder_free(&dec);
 		rc = 1;
 		goto done;
 	}
@@ -267,15 +280,11 @@ int main(int argc, char **argv)
 	for (int r = 0; r < rounds; r++) {
 		/* the probe: the better of a plain pass and a fetching one */
 		struct span s = { buf, PROBE_BYTES / 8, false, { 0 } };
-		double t = now();
-		pg_pool_run(pool, read_job, &s);
-		probe[r] = (double)PROBE_BYTES / (now() - t) / 1e9;
+		probe[r] = pass_gbs(pool, &s);
 		s.ahead = true;
-		t = now();
-		pg_pool_run(pool, read_job, &s);
-		const double ahead = (double)PROBE_BYTES / (now() - t) / 1e9;
+		const double ahead = pass_gbs(pool, &s);
 		probe[r] = ahead > probe[r] ? ahead : probe[r];
-		t = now();
+		double t = now();
 		for (int i = 0; i < nw; i++) {
 			struct span ws = { w[i]->data, weight_bytes(w[i]) / 8, false, { 0 } };
 			pg_pool_run(pool, read_job, &ws);
