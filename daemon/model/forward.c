@@ -68,9 +68,8 @@ static void *xalloc(size_t n)
 
 /* The step's activation buffers (tens of MB at 512 tokens), on huge pages
  * where the kernel has them and faulted in now: left to the first request,
- * their ~15k page faults made it 10% slower than the next (a 512-token
- * prompt: TTFT 2.50 s, then 2.24 s), and `pagoda run`'s only request paid
- * them every time. A 64-byte header holds the mapping's length. */
+ * their page faults slow its prefill (and `pagoda run`'s only request
+ * would pay them every time). A 64-byte header holds the mapping's length. */
 #define HUGE_PAGE ((size_t)2 << 20)
 
 static void *big_alloc(size_t n)

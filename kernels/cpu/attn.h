@@ -28,8 +28,8 @@ typedef double (*pg_attn_softmax_fn)(float *x, int n, float max);
  * block's scores (independent dots), then per query row the sequential
  * online-softmax steps (scalar: the running max, libm expf, S), then the
  * f16-rounded V sums with the accumulators in registers across the block.
- * Done position by position instead, every step waited on the last one's
- * dot, expf and f16 round trips: decode spent 5% of its time there. */
+ * Done position by position instead, every step would wait on the last
+ * one's dot, expf and f16 round trips (bench/run.sh's tg@512 shows it). */
 #define PG_ATTN_CHUNK_POS 16
 /* Query rows one pass carries. */
 #define PG_ATTN_CHUNK_ROWS 16

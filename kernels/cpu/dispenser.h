@@ -5,20 +5,17 @@
  * weights are one stream that the kernels' prefetches stay ahead of; a
  * thread whose range is done takes the others' chunks from their back, so
  * the join waits on at most one chunk. (From one shared counter a thread's
- * next chunk was rarely the one after its last, so every chunk began where
- * its prefetches had not reached: on the Zen 5, Q4_0 decode's matmuls ran
- * at 0.67 of a plain read of the same weights, 0.77-0.81 this way; Q8_0's
- * at 0.82-0.84, 0.88-0.91.)
+ * next chunk is rarely the one after its last, so every chunk begins where
+ * its prefetches have not reached; bench/mm_decode measures the difference
+ * against a plain read of the same weights.)
  *
  * A thread claims up to PG_DISP_BATCH chunks of its own range at once (an
  * eighth as many as its range has left, so the last ones still go one by
  * one) and hands them out with no atomic. Each claim is a lock cmpxchg,
  * which waits until the thread's loads in flight have completed: in
- * decode, where those are the weight stream's misses, one per chunk took
- * 6% of a Q8_0 token's samples (perf: mm_job_run and many_job_run, on the
- * instruction after the cmpxchg), and claiming 4 at a time took the
- * matmuls from 0.86 to 0.92 of a plain read of the same weights (bench/
- * mm_decode, medians of 5 alternations, Zen 5; 2 or 8 at a time alike).
+ * decode those are the weight stream's misses, so a claim per chunk stalls
+ * the stream (perf shows it on the instruction after the cmpxchg; bench/
+ * mm_decode measures the matmuls against a plain read of the weights).
  * Stealing from another's back stays one chunk at a time.
  */
 #ifndef PAGODA_KERNELS_CPU_DISPENSER_H

@@ -966,19 +966,16 @@ ALWAYS_INLINE void q8_0_x8_tile(int64_t k, const void *w, size_t bw, const void 
  * correction, 128·Σy per lane, is the activation's; without, |w| against
  * sign(y, w) as ggml does, or, for weights known to hold no -128
  * (PG_TYPE_Q8_0_S127, s127), |y| against sign(w, y): the same products for
- * one op less per row (decode measured 4-5% faster), wrong for w = -128.
+ * one op less per row (decode is faster for it), wrong for w = -128.
  * Same float ops per output as q8_0_x8_tile.
  *
  * Each row's block i + Q8_ROW_PF_BLOCKS is fetched ahead, and past the
  * row's end the next group's (8 rows on): about 10 KB ahead of the eight
- * streams whatever k is. Fetching the next group's block i instead ran as
- * far ahead as 8 rows are long, 17 KB at k = 2048 and 48 KB, L1's size,
- * at k = 5632 (ffn_down): there the kernel streamed at 0.78 of a plain
- * read, against 0.94 at k = 2048, and a token's matmuls at 0.86-0.87;
- * with 36 blocks, 0.94 at k = 5632 and 0.96-1.05 for a token's (Zen 5,
- * BENCHMARKS.md session 16: 16 blocks 0.87, 24-48 alike, 64 0.89-0.91).
- * That lines fetched so early leave L1 before they are read is the likely
- * reason, not a measured one (no PMU there). */
+ * streams whatever k is. A distance that grows with k (the next group's
+ * block i: 48 KB, L1's size, at k = 5632) streams well below a plain read
+ * of the same weights, likely because the lines leave L1 before they are
+ * read; a fixed distance keeps every row length near it (bench/mm_decode
+ * measures the kernel and a token's matmuls against that read). */
 #define Q8_ROW_PF_BLOCKS 36
 
 ALWAYS_INLINE void q8_0_x8_row_block(const void *w, size_t bw, const block_q8_0 *xb, int64_t i, size_t pf,

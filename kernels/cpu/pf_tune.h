@@ -3,7 +3,7 @@
  * while decode runs.
  *
  * Neither way wins on this host all the time, and which one does changes
- * within seconds, so a fixed choice gives away 10-25% in some stretches.
+ * within seconds, so any fixed choice loses in some stretches.
  * The engine thread times each one-row matmul of these types (one pool
  * run, no activation conversion) and keeps per way decayed sums of the
  * bytes it streamed and the nanoseconds it took, over about the last

@@ -14,16 +14,15 @@
  * - the eight scale products dw_j*dy_r of a 2 x 4 tile are one multiply
  *   per block, stored and broadcast back, formed one block ahead into the
  *   other half of a two-slot buffer (a broadcast of a store still in
- *   flight stalls: 5% slower);
+ *   flight stalls);
  * - the weight rows of the next group of 8 are prefetched block by block
- *   (from memory, batched decode, without it: 15% slower);
+ *   (batched decode reads them from memory);
  * - the full tile is one assembly loop in which the 16 registers hold the
  *   8 accumulators, w and |w| of both weight rows, ones and three
- *   temporaries (the compiler's version spilled: 4% slower).
- * Together 2.4 cycles per block pair on cached rows instead of 2.65
- * (bench/mm_kernel: +8-9% per matmul); the ops alone take 2.0
- * (bench/q8_0_floor.c). Tiles of 2 x 4 were measured against 1 x 4, 1 x 8,
- * 2 x 3 and 4 x 2.
+ *   temporaries (the compiler's version spills).
+ * Together about 2.4 cycles per block pair on cached rows (bench/mm_kernel),
+ * against a floor of 2.0 for ggml's ops alone (bench/q8_0_floor.c); 2 x 4
+ * tiles beat 1 x 4, 1 x 8, 2 x 3 and 4 x 2 there.
  *
  * Packed quad (stride 4 * nb * 36 bytes; rows past m repeat the last row):
  *   Y: four rows of nb blocks of 32 quants, row after row;

@@ -96,8 +96,8 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 		for (int q = 0; q < NP; q++)
 			acc[j][q] = _mm512_setzero_ps();
 	/* The scale products of a span of blocks first, then the blocks: a
-	 * product stored and broadcast back in the same block waited on the
-	 * store (1.16x the blocks a second from L1 this way, Zen 5). */
+	 * product stored and broadcast back in the same block waits on the
+	 * store (bench/mm_kernel). */
 	float sc[SPAN][8 * PG_PACK_PAIRS] __attribute__((aligned(64)));
 	for (int64_t i0 = 0; i0 < nb; i0 += SPAN) {
 		const int64_t i1 = i0 + SPAN < nb ? i0 + SPAN : nb;

@@ -77,14 +77,11 @@ typedef struct {
  *          follows a linear stream within a page but stops at its end,
  *          and these lines start it on the next page one page early.
  *
- * On the Zen 5 VMs here, PAGES made one decode token's Q4_0 matmuls
- * 1.05-1.22x as fast as LINES for stretches of seconds to minutes, and
- * 0.78-0.93x in others (bench/mm_decode with ways to alternate; LINES
- * was 1.05x no prefetching at all in the second kind of stretch, equal in
- * the first). The next page's first 256 bytes, or 640, or from 3 or 6 KB
- * ahead, were slower than 448-512 from 4 KB in both. (Q8_0's kernel, whose
- * eight row streams the hardware does not follow, ran at half speed
- * fetching only page starts.) */
+ * Which way is faster flips with the host within seconds, in either
+ * direction, so pf_tune.h times both; a kick of 448 bytes from 4 KB ahead
+ * was the best of the PAGES variants tried (bench/mm_decode alternates the
+ * ways). Q8_0's kernel, whose eight row streams the hardware does not
+ * follow, cannot use PAGES. */
 enum pg_x8_pf { PG_X8_PF_LINES, PG_X8_PF_PAGES, PG_X8_PF_MODES };
 
 #define PG_X8_PF_AHEAD 8192

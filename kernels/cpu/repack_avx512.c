@@ -15,10 +15,9 @@
  * One row (decode) keeps its sums in the even lanes. Two or more go in
  * pairs: the odd lanes of one vector take the other row's sums (a blend,
  * a two-source permute and an add do both rows' pair sums at once), so
- * each conversion, scale product and FMA serves 16 outputs instead of 8;
- * on the Zen 5 that is 1.07-1.10x the blocks a second from L1 at 4-8
- * rows, and the prompt's matmuls ~1.07x. The pair's two scales
- * come as one 64-bit broadcast of (d, dn) (1.05x).
+ * each conversion, scale product and FMA serves 16 outputs instead of 8
+ * (bench/mm_kernel). The pair's two scales come as one 64-bit broadcast
+ * of (d, dn).
  *
  * IQ4_NL in the same layout: the nibbles index its levels (-127..113),
  * looked up as level + 128 so that they are unsigned, and the 128·Σy this
@@ -59,7 +58,7 @@ ALWAYS_INLINE __m512i start(const pg_q8x *xb, const bool nl)
 }
 
 /* lane 2j: a0[2j] + a0[2j+1]; lane 2j+1: a1[2j] + a1[2j+1] (one
- * two-source permute where a blend and a swap took two ops: 1.025x) */
+ * two-source permute where a blend and a swap take two ops) */
 ALWAYS_INLINE __m512i pair_sums(__m512i a0, __m512i a1)
 {
 	const __m512i other = _mm512_setr_epi32(1, 16, 3, 18, 5, 20, 7, 22, 9, 24, 11, 26, 13, 28, 15, 30);
