@@ -1,6 +1,6 @@
 /* bench/x86_pipes.c — what the core's vector pipes take, in cycles per
  * block of 8 independent 512-bit ops (one kind, or two kinds mixed): the
- * figures behind the kernels' op budgets (BENCHMARKS.md, session 11).
+ * figures behind the kernels' op budgets (docs/kernels.md).
  *
  *   cc -O2 -mavx512f -mavx512bw -mavx512vl -mavx512vnni -o build/x86_pipes bench/x86_pipes.c
  *   build/x86_pipes
