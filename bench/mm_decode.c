@@ -23,7 +23,7 @@
  * us of 25 ms), and forward / read the share of what a plain read of the
  * same weights streams at. That last one does not depend on where the
  * host put the probe's buffer against the weights: on this VM two
- * buffers of one process can stream 1.1x apart (run 24: read/probe
+ * buffers of one process can stream 1.1x apart (read/probe up to
  * 1.13). Rounds are a few tens of milliseconds apart, where the
  * host's bandwidth moves by a third within a minute, so the ratios are
  * medians of per-round ratios.

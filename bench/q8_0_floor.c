@@ -29,7 +29,7 @@
  * On Zen 3 fma and sign share pipes 0/1 and the two integer multiplies
  * pipes 0/3; the int16 forms trade the sign for an add that any pipe
  * takes. Cycles are wall time times the clock given (GHz, default the
- * 3.09 measured on the Zen 3 of BENCHMARKS.md run 5); the floor best of 7,
+ * 3.09 measured on the Zen 3 of the AVX2 runs); the floor best of 7,
  * the forms best of 5, three times, in brackets the ratio to ggml's form.
  *
  *   cc -O2 -o build/q8_0_floor bench/q8_0_floor.c && build/q8_0_floor [GHZ]

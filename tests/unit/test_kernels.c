@@ -968,7 +968,7 @@ START_TEST(test_q4_K_repacked_equals_unpacked)
 END_TEST
 
 /* Q2_K and Q3_K stay on vec_dot in llama.cpp's x86 backend (its Q2_K
- * repack is AVX-512 only: see BENCHMARKS.md), ggml_vec_dot_q2_K_q8_K and
+ * repack is AVX-512 only: see docs/kernels.md), ggml_vec_dot_q2_K_q8_K and
  * ggml_vec_dot_q3_K_q8_K (AVX2): 8 lanes, element e of a super-block in
  * lane (e % 32) / 4 with the scale of its group of 16, e / 16; per block
  * one FMA per lane of d·(lane sum), Q2_K's mins first, dmin = -y.d·x.dmin,
