@@ -212,7 +212,8 @@ static uint32_t dominant_type(const struct model *m)
 /* The matrices the forward pass streams (every layer's seven and the
  * output) move into one anonymous mapping backed by huge pages: a decode
  * step reads all of them, and from 4 KiB file pages it pays a TLB miss
- * every 4 KiB (bench/mm_decode streams the weights both ways). Q4_0, IQ4_NL and Q4_K matrices with a multiple of 8
+ * every 4 KiB (bench/mm_decode, run with and without PAGODA_MMAP_WEIGHTS=1,
+ * measures the difference). Q4_0, IQ4_NL and Q4_K matrices with a multiple of 8
  * rows, the ones llama.cpp repacks (q4_0_8x8, iq4_nl_8x8, q4_K_8x8), go
  * in the 8-row layouts of kernels/cpu/repack.h; their kernels keep
  * llama.cpp's orders. The rest are copied as they are. The token
