@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum pg_type {
 	PG_TYPE_F32 = 0,
 	PG_TYPE_F16 = 1,
@@ -106,5 +110,9 @@ float pg_f16_to_f32(pg_f16 h);
 pg_f16 pg_f32_to_f16(float f);
 float pg_bf16_to_f32(pg_bf16 h);
 pg_bf16 pg_f32_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
