@@ -51,8 +51,10 @@ extern "C" {
  * tensor is absent. The bytes stay mapped, unchanged, until the backend
  * is destroyed: a backend may use them in place instead of copying (the
  * CPU does for the token embedding) and may drop their page-cache pages
- * (madvise) once it has its own copy, but never writes them. */
+ * (madvise) once it has its own copy, but never writes them. The
+ * description itself (names, layers) also lives that long. */
 struct pg_tensor {
+	const char *name; /* the GGUF name ("blk.3.attn_q.weight"), for messages */
 	const void *data;
 	uint32_t type;
 	int64_t rows, cols;
