@@ -11,7 +11,7 @@
  *            access pattern and joins allow with no arithmetic at all;
  *   matmuls  the kernels on those weights, activations quantized as the
  *            engine does;
- *   forward  model_forward for one token, as the engine decodes one
+ *   forward  the CPU backend's step for one token, as the engine decodes one
  *            sequence (its context grows by a token a round, from empty,
  *            to FWD_CTX and around again): the matmuls plus attention,
  *            the norms, RoPE, SwiGLU and the joins between them.
@@ -39,8 +39,10 @@
  */
 #include "daemon/kv/kv.h"
 #include "daemon/model/model.h"
-#include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/pg_backend.h"
 #include "stream_read.h"
 
 #include <stdbool.h>
@@ -106,7 +108,7 @@ static double pass_gbs(struct pg_pool *pool, struct span *s)
 
 /* What a matrix streams: the internal types' bytes are their file type's
  * (Q4_K_X8's repacked groups excepted, which pg_wrow_bytes knows). */
-static size_t weight_bytes(const struct model_weight *w)
+static size_t weight_bytes(const struct cpu_weight *w)
 {
 	uint32_t t = w->type;
 	if (t == PG_TYPE_Q8_0_S127)
@@ -118,7 +120,7 @@ static size_t weight_bytes(const struct model_weight *w)
 	return pg_wrow_bytes(t, w->cols) * (size_t)w->rows;
 }
 
-static void matmuls(struct pg_pool *pool, const struct model_weight *const *w, int nw, const float *X, float *Y)
+static void matmuls(struct pg_pool *pool, const struct cpu_weight *const *w, int nw, const float *X, float *Y)
 {
 	for (int i = 0; i < nw; i++)
 		pg_matmul(pool, w[i]->data, w[i]->type, w[i]->rows, w[i]->cols, X, 1, Y, w[i]->rows);
@@ -129,22 +131,23 @@ static void matmuls(struct pg_pool *pool, const struct model_weight *const *w, i
 
 struct decoder {
 	const struct model *m;
+	struct pg_backend *be;
 	struct kv_pool kv;
 	struct kv_seq seq;
-	struct fwd_ctx *fc;
 	float *logits;
 	int pos;
 };
 
-static int decoder_init(struct decoder *d, const struct model *m, struct pg_pool *pool, char *err, size_t errlen)
+static int decoder_init(struct decoder *d, const struct model *m, struct pg_backend *be, char *err, size_t errlen)
 {
-	*d = (struct decoder){ .m = m };
-	if (kv_pool_init(&d->kv, FWD_CTX / 16, 16, m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, false, err,
+	*d = (struct decoder){ .m = m, .be = be };
+	const struct pg_step_limits lim = { 1, 1, FWD_CTX };
+	if (pg_backend_reserve(be, &lim, err, errlen) ||
+	    kv_pool_init(&d->kv, be, FWD_CTX / 16, 16, m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, false, err,
 			 errlen))
 		return -1;
-	d->fc = fwd_ctx_create(m, 1, FWD_CTX, pool);
 	d->logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
-	if (!d->fc || !d->logits || kv_seq_reserve(&d->kv, &d->seq, FWD_CTX)) {
+	if (!d->logits || kv_seq_reserve(&d->kv, &d->seq, FWD_CTX)) {
 		snprintf(err, errlen, "out of memory for a decoder of %d positions", FWD_CTX);
 		return -1;
 	}
@@ -153,7 +156,6 @@ static int decoder_init(struct decoder *d, const struct model *m, struct pg_pool
 
 static void decoder_free(struct decoder *d)
 {
-	fwd_ctx_free(d->fc);
 	if (d->kv.meta) {
 		kv_seq_release(&d->kv, &d->seq); /* frees the block table too */
 		kv_pool_free(&d->kv);
@@ -166,19 +168,19 @@ static void decoder_free(struct decoder *d)
 static int decode_step(struct decoder *d)
 {
 	const int32_t tok = (int32_t)((d->pos * 7919) % d->m->hp.n_vocab), pos = d->pos;
-	const int seq = 0, ub = 1;
+	const int32_t seq = 0, ub = 1;
 	const bool want = true;
-	struct kv_seq *seqs[1] = { &d->seq };
-	const struct fwd_batch b = { .n = 1, .tokens = &tok, .pos = &pos, .seq = &seq, .want = &want,
-				     .ubatch = &ub, .seqs = seqs, .logits = d->logits };
+	const struct pg_block_table table = kv_seq_table(&d->seq);
+	const struct pg_batch b = { .n_tokens = 1, .tokens = &tok, .pos = &pos, .seq = &seq, .want = &want,
+				    .ubatch = &ub, .n_seqs = 1, .seqs = &table, .logits = d->logits };
 	d->pos = (d->pos + 1) % FWD_CTX;
-	return model_forward(d->m, d->fc, &d->kv, &b);
+	return pg_backend_step(d->be, &b);
 }
 
 #define MAX_WAYS 8
 #define MAX_ROUNDS 400
 
-static int compare_ways(struct pg_pool *pool, const struct model_weight *const *w, int nw, const float *X, float *Y,
+static int compare_ways(struct pg_pool *pool, const struct cpu_weight *const *w, int nw, const float *X, float *Y,
 			int rounds, char **ways, int nways)
 {
 	static double t[MAX_WAYS][MAX_ROUNDS];
@@ -218,22 +220,27 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	struct model *m;
+	struct pg_backend *be;
 	char err[512];
-	if (model_load(argv[1], &m, err, sizeof err)) {
+	const struct pg_backend_opts bo = { .threads = atoi(argv[2]) };
+	if (model_load(argv[1], &m, err, sizeof err) || pg_backend_open("cpu", &bo, &be, err, sizeof err) ||
+	    pg_backend_load_weights(be, &m->desc, err, sizeof err)) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
 	const int rounds = argc > 3 && atoi(argv[3]) > 0 ? atoi(argv[3]) : 9;
-	struct pg_pool *pool = pg_pool_create(atoi(argv[2]));
-	const struct model_weight *w[7 * 256 + 1];
+	/* the backend's own pool: the reads and matmuls join as its steps do */
+	struct pg_pool *pool = pg_cpu_backend_pool(be);
+	const struct cpu_model *cm = pg_cpu_backend_model(be);
+	const struct cpu_weight *w[7 * 256 + 1];
 	int nw = 0;
-	for (int l = 0; l < m->hp.n_layer && l < 256; l++) {
-		const struct model_layer *L = &m->layers[l];
-		const struct model_weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+	for (int l = 0; l < cm->hp.n_layer && l < 256; l++) {
+		const struct cpu_layer *L = &cm->layers[l];
+		const struct cpu_weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
 		for (int i = 0; i < 7; i++)
 			w[nw++] = lw[i];
 	}
-	w[nw++] = &m->output;
+	w[nw++] = &cm->output;
 	double bytes = 0;
 	int64_t wide = 0;
 	for (int i = 0; i < nw; i++) {
@@ -263,9 +270,9 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	struct decoder dec;
-	int dr = decoder_init(&dec, m, pool, err, sizeof err);
+	int dr = decoder_init(&dec, m, be, err, sizeof err);
 	if (!dr && decode_step(&dec)) { /* the warm-up step */
-		snprintf(err, sizeof err, "model_forward failed");
+		snprintf(err, sizeof err, "the step failed");
 		dr = -1;
 	}
 	if (dr) {
@@ -299,7 +306,7 @@ int main(int argc, char **argv)
 		r_kern[r] = mm[r] / rd[r];
 		t = now();
 		if (decode_step(&dec)) {
-			fprintf(stderr, "decoder: model_forward failed\n");
+			fprintf(stderr, "decoder: the step failed\n");
 			rc = 1;
 			break;
 		}
@@ -336,7 +343,7 @@ done:
 	free(fw);
 	free(r_fw);
 	free(r_fwrd);
-	pg_pool_destroy(pool);
+	pg_backend_close(be);
 	model_free(m);
 	return rc;
 }

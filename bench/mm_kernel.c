@@ -10,7 +10,7 @@
  * memory; small N measures the kernel from cache. Not part of make check:
  * a measuring tool, no assertion.
  */
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/repack.h"
 
 #include <stdio.h>
@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 							 : (uint32_t)type;
 	const size_t wr = pg_row_size(ftype, (uint64_t)k);
 	/* on 2 MiB pages where the kernel grants them, as the engine holds its
-	 * weights (model_load.c), so a from-memory run pays the same TLB misses */
+	 * weights (kernels/cpu/weights.c), so a from-memory run pays the same TLB misses */
 	const size_t wbytes = (wr * (size_t)n + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
 	char *W = wr ? aligned_alloc(2u << 20, wbytes) : NULL;
 	if (W)

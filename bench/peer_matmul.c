@@ -29,7 +29,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/repack.h"
 
 #define K 1024

@@ -22,7 +22,7 @@
 
 #include "ggml-cpu.h"
 #include "ggml.h"
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 
 #define ROWS 64
 #define K (8 * 256)

@@ -13,7 +13,7 @@
 #include "daemon/model/gguf.h"
 #include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
-#include "kernels/backend.h"
+#include "kernels/pg_backend.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -44,8 +44,8 @@ struct seq {
 
 struct engine {
 	struct model *m;
-	struct pg_pool *pool;
-	struct fwd_ctx *fwd;
+	struct pg_backend *be;
+	char backend_note[256]; /* why "auto" picked what it picked */
 	struct kv_pool kv;
 	int n_ctx, max_seqs, max_batch, chunk, n_vocab;
 
@@ -68,10 +68,11 @@ struct engine {
 	uint64_t admit_counter;
 	uint64_t uid_counter; /* under lock */
 	int32_t *b_tokens, *b_pos;
-	int *b_seq;
+	int32_t *b_seq;
 	bool *b_want;
-	int *b_ubatch;
+	int32_t *b_ubatch;
 	struct kv_seq **b_seqs;
+	struct pg_block_table *b_tables; /* b_seqs' tables as the step takes them */
 	struct seq **b_owner; /* per batch seq slot */
 	int *b_take;          /* tokens taken per batch seq slot */
 	float *logits;
@@ -109,10 +110,13 @@ static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, 
 	int64_t per_ctx = (e->n_ctx + block_size - 1) / block_size;
 	size_t bb = kv_block_bytes(block_size, hp->n_layer, hp->n_head_kv * hp->head_dim);
 	int64_t n;
+	struct pg_mem_info mi;
 	if (o->kv_blocks > 0)
 		n = o->kv_blocks;
 	else if (o->kv_mem > 0)
 		n = o->kv_mem / (int64_t)bb;
+	else if ((e->be->caps & PG_BACKEND_CAP_DEVICE_MEM) && pg_backend_mem_info(e->be, &mi) == 0)
+		n = mi.free / 10 * 9 / (int64_t)bb; /* device memory exists to be used: 90% of what is left */
 	else {
 		/* every running sequence at full context, within 2 GiB */
 		n = per_ctx * e->max_seqs;
@@ -122,62 +126,6 @@ static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, 
 	/* one full context always fits: no request that fits the context can
 	 * fail for lack of KV memory */
 	return n < per_ctx ? per_ctx : n;
-}
-
-/* The weights still read from the file's mapping. The ones copied at load
- * are resident already, and their file pages are not read again: touching
- * those would only map them back. */
-static size_t file_weights(const struct model *m, const struct model_weight **out)
-{
-	size_t n = 0;
-	for (int i = 0; i < m->hp.n_layer; i++) {
-		const struct model_layer *ly = &m->layers[i];
-		const struct model_weight *lw[] = { &ly->wq, &ly->wk, &ly->wv, &ly->wo,
-						    &ly->w_gate, &ly->w_up, &ly->w_down };
-		for (int j = 0; j < 7; j++)
-			out[n++] = lw[j];
-	}
-	out[n++] = &m->tok_embd;
-	if (m->output.data != m->tok_embd.data)
-		out[n++] = &m->output;
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
-		if (!model_weight_copied(m, out[i]))
-			out[k++] = out[i];
-	return k;
-}
-
-/* Reads every page of those once, reporting progress, so the first request
- * does not pay for page faults and an operator sees loading advance. */
-static void prefault_weights(const struct model *m, const struct engine_opts *o)
-{
-	const struct model_weight **ws = malloc((7 * (size_t)m->hp.n_layer + 2) * sizeof *ws);
-	if (!ws)
-		return; /* only an optimisation */
-	const size_t nw = file_weights(m, ws);
-	const size_t chunk = 64u << 20;
-	size_t done = 0, total = 0;
-	for (size_t i = 0; i < nw; i++)
-		total += pg_row_size(ws[i]->type, ws[i]->cols) * (size_t)ws[i]->rows;
-	volatile uint8_t sink = 0;
-	for (size_t i = 0; i < nw; i++) {
-		const uint8_t *base = ws[i]->data;
-		const size_t size = pg_row_size(ws[i]->type, ws[i]->cols) * (size_t)ws[i]->rows;
-		for (size_t off = 0; off < size; off += chunk) {
-			size_t n = size - off < chunk ? size - off : chunk;
-			uintptr_t a = (uintptr_t)(base + off) & ~(uintptr_t)4095;
-			madvise((void *)a, (uintptr_t)(base + off + n) - a, MADV_WILLNEED);
-			for (size_t p = 0; p < n; p += 4096)
-				sink += base[off + p];
-			done += n;
-			if (o->progress)
-				o->progress(o->progress_user, "loading weights", total ? (double)done / total : 1.0);
-		}
-	}
-	(void)sink;
-	free(ws);
-	if (o->progress && !total)
-		o->progress(o->progress_user, "loading weights", 1.0);
 }
 
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)
@@ -194,16 +142,25 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	int r = model_load(o->model_path, &e->m, err, errlen);
 	if (r)
 		goto fail;
-	prefault_weights(e->m, o);
 	set_defaults(e, o);
+	const struct pg_backend_opts bo = {
+		.threads = o->threads, .progress = o->progress, .progress_user = o->progress_user,
+	};
+	if ((r = pg_backend_open(o->backend ? o->backend : "cpu", &bo, &e->be, e->backend_note,
+				 sizeof e->backend_note))) {
+		snprintf(err, errlen, "%s", e->backend_note);
+		goto fail;
+	}
+	const struct pg_step_limits lim = { e->max_batch, e->max_seqs, e->n_ctx };
+	if ((r = pg_backend_load_weights(e->be, &e->m->desc, err, errlen)) ||
+	    (r = pg_backend_reserve(e->be, &lim, err, errlen)))
+		goto fail;
 	int bs = o->block_size > 0 ? o->block_size : 16;
 	const struct model_hparams *hp = &e->m->hp;
-	r = kv_pool_init(&e->kv, pool_blocks(e, o, bs), bs, hp->n_layer, hp->n_head_kv * hp->head_dim,
+	r = kv_pool_init(&e->kv, e->be, pool_blocks(e, o, bs), bs, hp->n_layer, hp->n_head_kv * hp->head_dim,
 			 !o->no_prefix_cache, err, errlen);
 	if (r)
 		goto fail;
-	e->pool = pg_pool_create(o->threads);
-	e->fwd = e->pool ? fwd_ctx_create(e->m, e->max_batch, e->n_ctx, e->pool) : NULL;
 	e->running = calloc(e->max_seqs, sizeof *e->running);
 	e->b_tokens = malloc(e->max_batch * sizeof *e->b_tokens);
 	e->b_pos = malloc(e->max_batch * sizeof *e->b_pos);
@@ -211,11 +168,12 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	e->b_want = malloc(e->max_batch * sizeof *e->b_want);
 	e->b_ubatch = malloc(e->max_batch * sizeof *e->b_ubatch);
 	e->b_seqs = malloc(e->max_seqs * sizeof *e->b_seqs);
+	e->b_tables = malloc(e->max_seqs * sizeof *e->b_tables);
 	e->b_owner = malloc(e->max_seqs * sizeof *e->b_owner);
 	e->b_take = malloc(e->max_seqs * sizeof *e->b_take);
 	e->logits = malloc((size_t)e->max_seqs * e->n_vocab * sizeof(float));
-	if (e->evfd < 0 || !e->fwd || !e->running || !e->b_tokens || !e->b_pos || !e->b_seq ||
-	    !e->b_want || !e->b_ubatch || !e->b_seqs || !e->b_owner || !e->b_take || !e->logits) {
+	if (e->evfd < 0 || !e->running || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_ubatch ||
+	    !e->b_seqs || !e->b_tables || !e->b_owner || !e->b_take || !e->logits) {
 		snprintf(err, errlen, "engine: out of memory for %d-token batches", e->max_batch);
 		r = -ENOMEM;
 		goto fail;
@@ -229,6 +187,12 @@ fail:
 }
 
 const struct model *engine_model(const struct engine *e) { return e->m; }
+const char *engine_backend_note(const struct engine *e) { return e->backend_note; }
+
+void engine_backend_describe(const struct engine *e, char *buf, size_t len)
+{
+	pg_backend_describe(e->be, buf, len);
+}
 const struct tokenizer *engine_tokenizer(const struct engine *e) { return e->m->tok; }
 int engine_n_ctx(const struct engine *e) { return e->n_ctx; }
 int engine_event_fd(const struct engine *e) { return e->evfd; }
@@ -700,12 +664,15 @@ int engine_step(struct engine *e)
 	schedule(e, &p);
 	if (p.n_tok > 0) {
 		uint64_t t0 = now_ns();
-		struct fwd_batch b = {
-			.n = p.n_tok, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq,
-			.want = e->b_want, .ubatch = e->b_ubatch, .seqs = e->b_seqs, .logits = e->logits,
+		for (int i = 0; i < p.n_slots; i++)
+			e->b_tables[i] = kv_seq_table(e->b_seqs[i]);
+		struct pg_batch b = {
+			.n_tokens = p.n_tok, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq,
+			.want = e->b_want, .ubatch = e->b_ubatch, .n_seqs = p.n_slots, .seqs = e->b_tables,
+			.logits = e->logits,
 		};
 		count_tokens(e, &p);
-		int r = model_forward(e->m, e->fwd, &e->kv, &b);
+		int r = pg_backend_step(e->be, &b);
 		uint64_t t_fwd = now_ns();
 		if (r)
 			fail_batch(e, &p, r);
@@ -792,14 +759,13 @@ void engine_destroy(struct engine *e)
 	free(e->b_want);
 	free(e->b_ubatch);
 	free(e->b_seqs);
+	free(e->b_tables);
 	free(e->b_owner);
 	free(e->b_take);
 	free(e->logits);
-	fwd_ctx_free(e->fwd);
-	if (e->pool)
-		pg_pool_destroy(e->pool);
 	if (e->kv.meta)
 		kv_pool_free(&e->kv);
+	pg_backend_close(e->be);
 	model_free(e->m);
 	if (e->evfd >= 0)
 		close(e->evfd);

@@ -19,6 +19,7 @@ struct engine;
 
 struct engine_opts {
 	const char *model_path;
+	const char *backend;  /* "cpu", "cuda", "auto" (kernels/pg_backend.h); NULL: "cpu" */
 	int threads;          /* <= 0: all cores */
 	int n_ctx;            /* per-sequence context; 0: the model's */
 	int max_seqs;         /* running sequences at once; 0: default */
@@ -101,6 +102,10 @@ void engine_destroy(struct engine *e); /* cancels what is left (on_done runs) */
 const struct model *engine_model(const struct engine *e);
 const struct tokenizer *engine_tokenizer(const struct engine *e);
 int engine_n_ctx(const struct engine *e);
+/* The backend in one line ("cpu (avx512, 2 threads)"), and for "auto" why
+ * it was picked ("picked the CPU: ..."; "" otherwise). */
+void engine_backend_describe(const struct engine *e, char *buf, size_t len);
+const char *engine_backend_note(const struct engine *e);
 
 /* Thread-safe. Queues r; returns 0, or an enum engine_err after calling
  * on_done with FINISH_ERROR. */

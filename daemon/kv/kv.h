@@ -1,6 +1,7 @@
 /* daemon/kv/kv.h — the paged KV-cache: a pool of fixed-size blocks (all
  * layers of block_size tokens each, K and V in f16), per-sequence block
- * tables, reference counts and prefix caching.
+ * tables, reference counts and prefix caching. The backend owns the
+ * blocks' bytes (kernels/pg_backend.h); the pool here keeps the books.
  *
  * A full block is content-addressed by a chained hash of (parent block's
  * hash, its token ids): a later sequence whose prompt starts with the same
@@ -21,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/pg_backend.h"
 #include "kernels/types.h"
 
 struct kv_hash {
@@ -41,7 +43,8 @@ struct kv_pool {
 	int kv_dim;          /* n_head_kv * head_dim */
 	size_t layer_stride; /* elements between two layers of a block */
 	size_t block_stride; /* elements between two blocks */
-	pg_f16 *k, *v;
+	struct pg_backend *be; /* owns the bytes */
+	pg_f16 *k, *v;        /* where they are; NULL when not in host memory */
 	struct kv_block_meta *meta;
 	int32_t *free_list;  /* blocks holding nothing */
 	int64_t n_free;
@@ -60,8 +63,10 @@ struct kv_seq {
 	int n_hashed;        /* leading blocks whose hash chain is known */
 };
 
-int kv_pool_init(struct kv_pool *p, int64_t n_blocks, int block_size, int n_layer, int kv_dim,
-		 bool prefix_cache, char *err, size_t errlen);
+/* Has the backend allocate the blocks' bytes (pg_backend_kv_alloc), then
+ * keeps the books for them. */
+int kv_pool_init(struct kv_pool *p, struct pg_backend *be, int64_t n_blocks, int block_size, int n_layer,
+		 int kv_dim, bool prefix_cache, char *err, size_t errlen);
 void kv_pool_free(struct kv_pool *p);
 size_t kv_block_bytes(int block_size, int n_layer, int kv_dim);
 
@@ -85,6 +90,13 @@ void kv_seq_release(struct kv_pool *p, struct kv_seq *s);
 /* Forgets every cached block (the ones no sequence holds). */
 void kv_drop_cache(struct kv_pool *p);
 
+/* A sequence's block table, as a backend's step takes it. */
+static inline struct pg_block_table kv_seq_table(const struct kv_seq *s)
+{
+	return (struct pg_block_table){ s->blocks, s->n_blocks };
+}
+
+/* The accessors below need the bytes in host memory (p->k non-NULL). */
 static inline pg_f16 *kv_row(const struct kv_pool *p, pg_f16 *base, const struct kv_seq *s,
 			     int layer, int pos)
 {

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
@@ -18,13 +17,8 @@ size_t kv_block_bytes(int block_size, int n_layer, int kv_dim)
 	return 2 * sizeof(pg_f16) * (size_t)block_size * n_layer * kv_dim;
 }
 
-static size_t pool_bytes(const struct kv_pool *p)
-{
-	return p->block_stride * sizeof(pg_f16) * (size_t)p->n_blocks;
-}
-
-int kv_pool_init(struct kv_pool *p, int64_t n_blocks, int block_size, int n_layer, int kv_dim,
-		 bool prefix_cache, char *err, size_t errlen)
+int kv_pool_init(struct kv_pool *p, struct pg_backend *be, int64_t n_blocks, int block_size, int n_layer,
+		 int kv_dim, bool prefix_cache, char *err, size_t errlen)
 {
 	memset(p, 0, sizeof *p);
 	if (n_blocks <= 0 || n_blocks > (INT32_MAX >> 2) || block_size <= 0 || block_size > 4096 ||
@@ -41,24 +35,27 @@ int kv_pool_init(struct kv_pool *p, int64_t n_blocks, int block_size, int n_laye
 	p->block_stride = p->layer_stride * n_layer;
 	p->prefix_cache = prefix_cache;
 	p->lru_head = p->lru_tail = -1;
-	size_t bytes = pool_bytes(p);
-	/* Anonymous mappings: pages cost memory only once a block is used. */
-	p->k = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	p->v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	const struct pg_kv_layout layout = { block_size, n_layer, kv_dim, PG_TYPE_F16 };
+	int r = pg_backend_kv_alloc(be, &layout, n_blocks, err, errlen);
+	if (r)
+		return r;
+	p->be = be;
+	struct pg_kv_host host;
+	if (pg_backend_kv_host(be, &host) == 0) {
+		p->k = host.k;
+		p->v = host.v;
+		p->layer_stride = host.layer_stride;
+		p->block_stride = host.block_stride;
+	}
 	p->table_cap = 16;
 	while (p->table_cap < 2 * n_blocks)
 		p->table_cap *= 2;
 	p->meta = calloc(n_blocks, sizeof *p->meta);
 	p->free_list = malloc(n_blocks * sizeof *p->free_list);
 	p->table = malloc(p->table_cap * sizeof *p->table);
-	if (p->k == MAP_FAILED || p->v == MAP_FAILED || !p->meta || !p->free_list || !p->table) {
-		if (p->k == MAP_FAILED)
-			p->k = NULL;
-		if (p->v == MAP_FAILED)
-			p->v = NULL;
+	if (!p->meta || !p->free_list || !p->table) {
 		kv_pool_free(p);
-		snprintf(err, errlen, "kv: cannot allocate %zu bytes for %lld blocks", 2 * bytes,
-			 (long long)n_blocks);
+		snprintf(err, errlen, "kv: out of memory for the books of %lld blocks", (long long)n_blocks);
 		return -ENOMEM;
 	}
 	for (int64_t i = 0; i < p->table_cap; i++)
@@ -74,10 +71,6 @@ int kv_pool_init(struct kv_pool *p, int64_t n_blocks, int block_size, int n_laye
 
 void kv_pool_free(struct kv_pool *p)
 {
-	if (p->k)
-		munmap(p->k, pool_bytes(p));
-	if (p->v)
-		munmap(p->v, pool_bytes(p));
 	free(p->meta);
 	free(p->free_list);
 	free(p->table);

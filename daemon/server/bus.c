@@ -6,7 +6,6 @@
 #include "daemon/server/log.h"
 #include "daemon/server/notify.h"
 #include "daemon/server/policy.h"
-#include "kernels/backend.h"
 #include "kernels/types.h"
 
 #include <errno.h>
@@ -94,7 +93,7 @@ struct pbus {
 	struct server *srv;
 	struct policy pol;
 	char group_name[64];
-	char backend[48];
+	char backend[96];
 	uint64_t next_tick, next_retry;
 	bool warned;
 	struct val last[NPROP];
@@ -510,7 +509,6 @@ struct pbus *bus_open(enum bus_kind kind, const struct srv_config *cfg)
 	if (!b)
 		return NULL;
 	b->kind = kind;
-	snprintf(b->backend, sizeof b->backend, "cpu (%s)", pg_cpu_isa());
 	resolve_group(b, cfg);
 	try_connect(b);
 	return b;
@@ -526,6 +524,8 @@ void bus_set_engine(struct pbus *b, struct engine *e)
 {
 	if (b) {
 		b->eng = e;
+		if (e)
+			engine_backend_describe(e, b->backend, sizeof b->backend);
 		invalidate(b);
 	}
 }

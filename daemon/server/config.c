@@ -27,6 +27,7 @@ static const struct key keys[] = {
 	{ "socket", 's', K_STR, F(socket), false, "control socket path" },
 	{ "config", 'c', K_STR, F(config), false, "config file of key = value lines" },
 	{ "threads", 't', K_INT, F(threads), false, "compute threads (0: all cores)" },
+	{ "backend", 0, K_STR, F(backend), false, "cpu, cuda or auto (default: cuda when a GPU is found)" },
 	{ "ctx", 0, K_INT, F(ctx), false, "context length per sequence (0: the model's)" },
 	{ "max-seqs", 0, K_INT, F(max_seqs), false, "sequences running at once (0: default)" },
 	{ "max-batch-tokens", 0, K_INT, F(max_batch_tokens), false, "tokens per engine step (0: default)" },
@@ -55,6 +56,7 @@ void config_defaults(struct srv_config *c)
 	c->max_inflight = 64;
 	c->arena_size = 1 << 20;
 	c->log_level = LOG_INFO;
+	snprintf(c->backend, sizeof c->backend, "auto");
 }
 
 void config_usage(FILE *f)

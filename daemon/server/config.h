@@ -27,6 +27,7 @@ struct srv_config {
 	int64_t arena_size;
 	int log_level;
 	char bus[16]; /* auto, system, session, none */
+	char backend[16]; /* cpu, cuda, auto */
 
 	uint64_t set_by_flag; /* bit per key */
 };

@@ -118,6 +118,7 @@ static struct engine *load(struct srv_config *cfg, struct pbus *bus, const sigse
 	struct loader l = {
 		.eo = {
 			.model_path = cfg->model,
+			.backend = cfg->backend,
 			.threads = cfg->threads,
 			.n_ctx = cfg->ctx,
 			.max_seqs = cfg->max_seqs,
@@ -217,6 +218,10 @@ static struct engine *load(struct srv_config *cfg, struct pbus *bus, const sigse
 		log_msg(LOG_ERR, "cannot load the model: %s", l.err);
 		return NULL;
 	}
+	char be[128];
+	engine_backend_describe(l.e, be, sizeof be);
+	const char *note = engine_backend_note(l.e);
+	log_msg(LOG_INFO, "backend %s%s%s", be, note[0] ? ": " : "", note);
 	notify_set_progress(1.0);
 	return l.e;
 }
@@ -236,6 +241,10 @@ int main(int argc, char **argv)
 	log_set_level(cfg.log_level);
 	if (!cfg.model[0]) {
 		log_msg(LOG_ERR, "no model: pass --model M.gguf (or model = in the config file)");
+		return 2;
+	}
+	if (strcmp(cfg.backend, "cpu") && strcmp(cfg.backend, "cuda") && strcmp(cfg.backend, "auto")) {
+		log_msg(LOG_ERR, "backend: '%s' is not one of cpu, cuda, auto", cfg.backend);
 		return 2;
 	}
 	int bus_kind = bus_parse_kind(cfg.bus);

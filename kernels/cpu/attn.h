@@ -10,7 +10,7 @@
 #ifndef PAGODA_KERNELS_CPU_ATTN_H
 #define PAGODA_KERNELS_CPU_ATTN_H
 
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 
 /* ggml_fa_tile_config::KV: the tiled path's KV tile, aligned at position 0. */
 #define PG_ATTN_KV_TILE 64

@@ -1,7 +1,7 @@
 /* kernels/cpu/cpu.h — what the per-ISA translation units share.
  *
  * Each ISA fills one struct pg_kern; dispatch.c picks one at run time.
- * Nothing here is part of the door (kernels/backend.h).
+ * Nothing here is part of kernels/cpu/kernels.h.
  */
 #ifndef PAGODA_KERNELS_CPU_H
 #define PAGODA_KERNELS_CPU_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/repack.h"
 
 /* Widest tile of activation rows a gemv kernel takes in one call: each

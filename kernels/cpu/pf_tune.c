@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 
 #define PIN_UNKNOWN (-3) /* a name pin_of does not know */
 #define PIN_UNREAD (-2)	 /* PAGODA_PREFETCH not read yet */

@@ -16,7 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 
 #define SPIN_ITERS 20000 /* ~50-100 us of pause before sleeping */
 

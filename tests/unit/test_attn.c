@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 
 enum isa { ISA_SCALAR, ISA_AVX2, ISA_AVX512 };
 static const char *const isa_name[] = { "scalar", "avx2", "avx512" };

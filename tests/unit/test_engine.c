@@ -8,7 +8,8 @@
 #include "daemon/model/gguf.h"
 #include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/pg_backend.h"
 #include "kernels/types.h"
 #include "tests/unit/testdata.h"
 
@@ -272,30 +273,55 @@ END_TEST
 /* The streamed matrices are copied into the huge-page mapping by default
  * and left in the file's mapping with PAGODA_MMAP_WEIGHTS=1; where they
  * live changes no token. */
-static bool in_copy(const struct model *m, const void *p)
+static bool in_copy(const struct cpu_model *m, const void *p)
 {
 	return m->weights && (const char *)p >= (const char *)m->weights &&
 	       (const char *)p < (const char *)m->weights + m->weights_size;
 }
 
+/* A model as the CPU backend lays its weights out. */
+struct placed {
+	struct model *m;
+	struct pg_backend *be;
+	const struct cpu_model *cm;
+};
+
+static void place(const char *path, struct placed *p)
+{
+	char err[512];
+	ck_assert_msg(model_load(path, &p->m, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(pg_backend_open("cpu", NULL, &p->be, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(pg_backend_load_weights(p->be, &p->m->desc, err, sizeof err) == 0, "%s", err);
+	p->cm = pg_cpu_backend_model(p->be);
+	ck_assert(p->cm);
+}
+
+static void unplace(struct placed *p)
+{
+	pg_backend_close(p->be);
+	model_free(p->m);
+}
+
 START_TEST(test_weight_placement_changes_nothing)
 {
-	char path[4096], err[512];
+	char path[4096];
 	if (testdata_path(path, sizeof path, "models/synth-kq-Q8_0.gguf") != 0)
 		return;
-	struct model *m;
+	struct placed pl;
 	unsetenv("PAGODA_MMAP_WEIGHTS");
-	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+	place(path, &pl);
+	const struct cpu_model *m = pl.cm;
 	ck_assert(in_copy(m, m->layers[0].wq.data) && in_copy(m, m->layers[m->hp.n_layer - 1].w_down.data));
 	/* scanned while copied: no -128 in this file's quants */
 	ck_assert_uint_eq(m->layers[0].wq.type, PG_TYPE_Q8_0_S127);
 	ck_assert_uint_eq(m->layers[m->hp.n_layer - 1].w_down.type, PG_TYPE_Q8_0_S127);
-	model_free(m);
+	unplace(&pl);
 	setenv("PAGODA_MMAP_WEIGHTS", "1", 1);
-	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+	place(path, &pl);
+	m = pl.cm;
 	ck_assert(!in_copy(m, m->layers[0].wq.data) && !in_copy(m, m->layers[m->hp.n_layer - 1].w_down.data));
 	ck_assert_uint_eq(m->layers[0].wq.type, PG_TYPE_Q8_0); /* not scanned */
-	model_free(m);
+	unplace(&pl);
 
 	int32_t prompt[80];
 	srand(7);
@@ -319,18 +345,18 @@ END_TEST
  * never by pagoda's batching: every variant gives the same tokens. */
 START_TEST(test_q4_K_orders_independent_of_placement_and_chunking)
 {
-	char path[4096], err[512];
+	char path[4096];
 	const char *name = "models/synth-kq-Q4_K_M.gguf";
 	if (testdata_path(path, sizeof path, name) != 0)
 		return;
-	struct model *m;
+	struct placed pl;
 	unsetenv("PAGODA_MMAP_WEIGHTS");
-	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+	place(path, &pl);
 	int n_x8 = 0;
-	for (int l = 0; l < m->hp.n_layer; l++)
-		n_x8 += (m->layers[l].wq.type == PG_TYPE_Q4_K_X8) + (m->layers[l].w_gate.type == PG_TYPE_Q4_K_X8);
+	for (int l = 0; l < pl.cm->hp.n_layer; l++)
+		n_x8 += (pl.cm->layers[l].wq.type == PG_TYPE_Q4_K_X8) + (pl.cm->layers[l].w_gate.type == PG_TYPE_Q4_K_X8);
 	ck_assert_int_gt(n_x8, 0);
-	model_free(m);
+	unplace(&pl);
 	int32_t prompt[150];
 	srand(11);
 	prompt[0] = 1;
@@ -353,24 +379,28 @@ START_TEST(test_q4_K_orders_independent_of_placement_and_chunking)
 END_TEST
 
 /* The last token's logits of a prompt prefilled `chunk` tokens a step,
- * straight through model_forward (the engine's tokens carry no last bits). */
+ * straight through the CPU backend's step (the engine's tokens carry no
+ * last bits). */
 static void last_logits(const char *path, const int32_t *prompt, int n, int chunk, float *out)
 {
 	char err[512];
 	struct model *m;
+	struct pg_backend *be;
 	ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
+	const struct pg_backend_opts bo = { .threads = 2 };
+	const struct pg_step_limits lim = { chunk, 1, 512 };
+	ck_assert_msg(pg_backend_open("cpu", &bo, &be, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(pg_backend_load_weights(be, &m->desc, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(pg_backend_reserve(be, &lim, err, sizeof err) == 0, "%s", err);
 	struct kv_pool kv;
-	ck_assert_msg(kv_pool_init(&kv, (n + 15) / 16 + 1, 16, m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, false,
-				   err, sizeof err) == 0,
+	ck_assert_msg(kv_pool_init(&kv, be, (n + 15) / 16 + 1, 16, m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim,
+				   false, err, sizeof err) == 0,
 		      "%s", err);
-	struct pg_pool *pool = pg_pool_create(2);
-	struct fwd_ctx *c = fwd_ctx_create(m, chunk, 512, pool);
-	ck_assert(pool && c);
 	struct kv_seq s = { 0 };
 	ck_assert_int_eq(kv_seq_reserve(&kv, &s, n), 0);
-	struct kv_seq *const seqs[1] = { &s };
+	const struct pg_block_table table = kv_seq_table(&s);
 	int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk);
-	int *seq = calloc((size_t)chunk, sizeof(int)), *ub = malloc(sizeof(int) * (size_t)chunk);
+	int32_t *seq = calloc((size_t)chunk, sizeof(int32_t)), *ub = malloc(sizeof(int32_t) * (size_t)chunk);
 	bool *want = malloc((size_t)chunk);
 	for (int p0 = 0; p0 < n; p0 += chunk) {
 		const int k = n - p0 < chunk ? n - p0 : chunk;
@@ -379,18 +409,17 @@ static void last_logits(const char *path, const int32_t *prompt, int n, int chun
 			ub[i] = model_ubatch_of(p0 + i, n);
 			want[i] = p0 + i == n - 1;
 		}
-		struct fwd_batch b = { .n = k, .tokens = prompt + p0, .pos = pos, .seq = seq,
-				       .want = want, .ubatch = ub, .seqs = seqs, .logits = out };
-		ck_assert_int_eq(model_forward(m, c, &kv, &b), 0);
+		struct pg_batch b = { .n_tokens = k, .tokens = prompt + p0, .pos = pos, .seq = seq, .want = want,
+				      .ubatch = ub, .n_seqs = 1, .seqs = &table, .logits = out };
+		ck_assert_int_eq(pg_backend_step(be, &b), 0);
 	}
 	free(pos);
 	free(seq);
 	free(ub);
 	free(want);
 	kv_seq_release(&kv, &s);
-	fwd_ctx_free(c);
-	pg_pool_destroy(pool);
 	kv_pool_free(&kv);
+	pg_backend_close(be);
 	model_free(m);
 }
 
@@ -402,7 +431,7 @@ START_TEST(test_iq4_orders_independent_of_placement_and_chunking)
 {
 	static const char *const types[] = { "IQ4_NL", "IQ4_XS" };
 	const char *build = getenv("PAGODA_BUILD");
-	char mk[4096], path[256], cmd[8192], err[512];
+	char mk[4096], path[256], cmd[8192];
 	snprintf(mk, sizeof mk, "%s/pagoda-mkmodel", build ? build : "build");
 	if (access(mk, X_OK) != 0) {
 		fprintf(stderr, "skip: no %s\n", mk);
@@ -423,11 +452,11 @@ START_TEST(test_iq4_orders_independent_of_placement_and_chunking)
 			 mk, VOCAB, types[ti], path);
 		ck_assert_int_eq(system(cmd), 0);
 		unsetenv("PAGODA_MMAP_WEIGHTS");
-		struct model *m;
-		ck_assert_msg(model_load(path, &m, err, sizeof err) == 0, "%s", err);
-		ck_assert_uint_eq(m->layers[0].w_gate.type, ti ? PG_TYPE_IQ4_XS : PG_TYPE_IQ4_NL_X8);
-		ck_assert_int_eq(m->hp.n_vocab, VOCAB);
-		model_free(m);
+		struct placed pl;
+		place(path, &pl);
+		ck_assert_uint_eq(pl.cm->layers[0].w_gate.type, ti ? PG_TYPE_IQ4_XS : PG_TYPE_IQ4_NL_X8);
+		ck_assert_int_eq(pl.cm->hp.n_vocab, VOCAB);
+		unplace(&pl);
 		last_logits(path, prompt, N, N, whole);
 		last_logits(path, prompt, N, 7, pieces);
 		last_logits(path, prompt, N, 13, other);
@@ -464,13 +493,13 @@ START_TEST(test_q8_0_m128_found_at_load)
 	free(buf);
 	gguf_close(g);
 	unsetenv("PAGODA_MMAP_WEIGHTS");
-	struct model *m;
-	ck_assert_msg(model_load(tmp, &m, err, sizeof err) == 0, "%s", err);
+	struct placed pl;
+	place(tmp, &pl);
 	unlink(tmp);
-	ck_assert_uint_eq(m->layers[1].w_up.type, PG_TYPE_Q8_0);
-	ck_assert_uint_eq(m->layers[1].w_gate.type, PG_TYPE_Q8_0_S127);
-	ck_assert_uint_eq(m->layers[0].w_up.type, PG_TYPE_Q8_0_S127);
-	model_free(m);
+	ck_assert_uint_eq(pl.cm->layers[1].w_up.type, PG_TYPE_Q8_0);
+	ck_assert_uint_eq(pl.cm->layers[1].w_gate.type, PG_TYPE_Q8_0_S127);
+	ck_assert_uint_eq(pl.cm->layers[0].w_up.type, PG_TYPE_Q8_0_S127);
+	unplace(&pl);
 }
 END_TEST
 

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/pf_tune.h"
 #include "kernels/cpu/repack.h"
 

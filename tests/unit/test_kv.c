@@ -1,7 +1,10 @@
 /* tests/unit/test_kv.c — the block manager: allocation, sharing through the
  * prefix cache, hash chaining, LRU eviction order, reference counts, and a
- * pool that is whole again after everything is released. */
+ * pool that is whole again after everything is released; the bytes, owned
+ * by the CPU backend, reached through kv_k_row and moved as a block's host
+ * image. */
 #include "daemon/kv/kv.h"
+#include "kernels/pg_backend.h"
 
 #include <check.h>
 #include <errno.h>
@@ -11,16 +14,28 @@
 #define BS 4
 
 static struct kv_pool pool;
+static struct pg_backend *be;
+
+static struct pg_backend *cpu(void)
+{
+	char err[256];
+	struct pg_backend *b;
+	const struct pg_backend_opts o = { .threads = 1 };
+	ck_assert_msg(pg_backend_open("cpu", &o, &b, err, sizeof err) == 0, "%s", err);
+	return b;
+}
 
 static void setup(void)
 {
 	char err[256];
-	ck_assert_int_eq(kv_pool_init(&pool, 8, BS, 2, 8, true, err, sizeof err), 0);
+	be = cpu();
+	ck_assert_int_eq(kv_pool_init(&pool, be, 8, BS, 2, 8, true, err, sizeof err), 0);
 }
 
 static void teardown(void)
 {
 	kv_pool_free(&pool);
+	pg_backend_close(be);
 }
 
 static void check_whole(void)
@@ -184,7 +199,8 @@ START_TEST(test_drop_cache_and_no_prefix)
 
 	struct kv_pool off;
 	char err[128];
-	ck_assert_int_eq(kv_pool_init(&off, 4, BS, 1, 4, false, err, sizeof err), 0);
+	struct pg_backend *be_off = cpu();
+	ck_assert_int_eq(kv_pool_init(&off, be_off, 4, BS, 1, 4, false, err, sizeof err), 0);
 	kv_seq_reserve(&off, &a, 2 * BS + 1);
 	kv_seq_commit(&off, &a, t, 2 * BS + 1);
 	kv_seq_release(&off, &a);
@@ -192,6 +208,47 @@ START_TEST(test_drop_cache_and_no_prefix)
 	ck_assert_int_eq(kv_seq_match_prefix(&off, &a, t, 2 * BS + 1), 0);
 	kv_seq_release(&off, &a);
 	kv_pool_free(&off);
+	pg_backend_close(be_off);
+	check_whole();
+}
+END_TEST
+
+/* A block's host image is K[layer][slot][kv_dim] then V, whatever the
+ * pool's layout; copied into another block it reads back the same. */
+START_TEST(test_block_image)
+{
+	struct kv_seq a = { 0 }, b = { 0 };
+	ck_assert_int_eq(kv_seq_reserve(&pool, &a, BS), 0);
+	ck_assert_int_eq(kv_seq_reserve(&pool, &b, BS), 0);
+	ck_assert_int_ne(a.blocks[0], b.blocks[0]);
+	for (int l = 0; l < pool.n_layer; l++)
+		for (int j = 0; j < BS; j++)
+			for (int i = 0; i < pool.kv_dim; i++) {
+				kv_k_row(&pool, &a, l, j)[i] = (pg_f16)(1000 + l * 100 + j * 10 + i);
+				kv_v_row(&pool, &a, l, j)[i] = (pg_f16)(2000 + l * 100 + j * 10 + i);
+			}
+	const struct pg_kv_layout lay = { BS, pool.n_layer, pool.kv_dim, PG_TYPE_F16 };
+	const size_t n = pg_kv_block_bytes(&lay) / sizeof(pg_f16), half = n / 2;
+	ck_assert_uint_eq(n, 2 * (size_t)BS * pool.n_layer * pool.kv_dim);
+	pg_f16 *img = malloc(n * sizeof *img);
+	ck_assert_int_eq(pg_backend_kv_copy_out(be, a.blocks[0], img), 0);
+	for (int l = 0; l < pool.n_layer; l++)
+		for (int j = 0; j < BS; j++)
+			for (int i = 0; i < pool.kv_dim; i++) {
+				const size_t at = ((size_t)l * BS + j) * pool.kv_dim + i;
+				ck_assert_uint_eq(img[at], 1000 + l * 100 + j * 10 + i);
+				ck_assert_uint_eq(img[half + at], 2000 + l * 100 + j * 10 + i);
+			}
+	ck_assert_int_eq(pg_backend_kv_copy_in(be, b.blocks[0], img), 0);
+	for (int l = 0; l < pool.n_layer; l++)
+		for (int j = 0; j < BS; j++) {
+			ck_assert(!memcmp(kv_k_row(&pool, &a, l, j), kv_k_row(&pool, &b, l, j), pool.kv_dim * sizeof(pg_f16)));
+			ck_assert(!memcmp(kv_v_row(&pool, &a, l, j), kv_v_row(&pool, &b, l, j), pool.kv_dim * sizeof(pg_f16)));
+		}
+	ck_assert_int_eq(pg_backend_kv_copy_out(be, (int32_t)pool.n_blocks, img), -EINVAL);
+	free(img);
+	kv_seq_release(&pool, &a);
+	kv_seq_release(&pool, &b);
 	check_whole();
 }
 END_TEST
@@ -240,6 +297,7 @@ int main(void)
 	tcase_add_test(tc, test_lru_eviction);
 	tcase_add_test(tc, test_drop_cache_and_no_prefix);
 	tcase_add_test(tc, test_churn);
+	tcase_add_test(tc, test_block_image);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 
 #define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
 #include "tests/unit/test_rng.h"

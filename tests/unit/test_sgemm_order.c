@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 
 static const char *const simd_isas[] = { "avx2", "avx512" };
 

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "daemon/model/gguf.h"
-#include "kernels/backend.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/types.h"
 
 #define MK_PROG "pagoda-mkmodel"

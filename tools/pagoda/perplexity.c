@@ -3,7 +3,7 @@
 #include "daemon/kv/kv.h"
 #include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
-#include "kernels/backend.h"
+#include "kernels/pg_backend.h"
 #include "tools/pagoda/cmds.h"
 #include "tools/pagoda/opts.h"
 
@@ -27,25 +27,22 @@ static double nll(const float *logits, int n_vocab, int tok)
 
 struct ppl_run {
 	struct model *m;
-	struct pg_pool *pool;
-	struct fwd_ctx *fwd;
+	struct pg_backend *be;
 	struct kv_pool kv;
 	float *logits;
-	int32_t *pos;
-	int *seq;
+	int32_t *pos, *seq, *ubatch;
 	bool *want;
-	int *ubatch;
 };
 
 static int score_window(struct ppl_run *p, int32_t *win, int n_ctx, double *sum, int *count)
 {
 	struct kv_seq s = { 0 };
-	struct kv_seq *seqs[1] = { &s };
 	if (kv_seq_reserve(&p->kv, &s, n_ctx))
 		return -1;
-	struct fwd_batch b = { .n = n_ctx, .tokens = win, .pos = p->pos, .seq = p->seq, .want = p->want,
-			       .ubatch = p->ubatch, .seqs = seqs, .logits = p->logits };
-	int r = model_forward(p->m, p->fwd, &p->kv, &b);
+	const struct pg_block_table table = kv_seq_table(&s);
+	struct pg_batch b = { .n_tokens = n_ctx, .tokens = win, .pos = p->pos, .seq = p->seq, .want = p->want,
+			      .ubatch = p->ubatch, .n_seqs = 1, .seqs = &table, .logits = p->logits };
+	int r = pg_backend_step(p->be, &b);
 	kv_seq_release(&p->kv, &s);
 	if (r)
 		return r;
@@ -86,20 +83,28 @@ static int perplexity(struct ppl_run *p, const int32_t *toks, int n_tok, int n_c
 	return 0;
 }
 
-static int setup(struct ppl_run *p, int n_ctx, int threads, char *err, size_t errlen)
+static int setup(struct ppl_run *p, const char *backend, int n_ctx, int threads, char *err, size_t errlen)
 {
 	const struct model_hparams *hp = &p->m->hp;
-	if (kv_pool_init(&p->kv, (n_ctx + 15) / 16, 16, hp->n_layer, hp->n_head_kv * hp->head_dim, false,
-			 err, errlen))
+	const struct pg_backend_opts bo = { .threads = threads };
+	const struct pg_step_limits lim = { n_ctx, 1, n_ctx };
+	char note[256];
+	if (pg_backend_open(backend, &bo, &p->be, note, sizeof note)) {
+		snprintf(err, errlen, "%s", note);
 		return -1;
-	p->pool = pg_pool_create(threads);
-	p->fwd = p->pool ? fwd_ctx_create(p->m, n_ctx, n_ctx, p->pool) : NULL;
+	}
+	if (note[0])
+		fprintf(stderr, "pagoda: %s\n", note);
+	if (pg_backend_load_weights(p->be, &p->m->desc, err, errlen) || pg_backend_reserve(p->be, &lim, err, errlen) ||
+	    kv_pool_init(&p->kv, p->be, (n_ctx + 15) / 16, 16, hp->n_layer, hp->n_head_kv * hp->head_dim, false, err,
+			 errlen))
+		return -1;
 	p->logits = malloc((size_t)n_ctx * hp->n_vocab * sizeof(float));
 	p->pos = malloc(n_ctx * sizeof *p->pos);
 	p->seq = calloc(n_ctx, sizeof *p->seq);
 	p->want = malloc(n_ctx * sizeof *p->want);
 	p->ubatch = malloc(n_ctx * sizeof *p->ubatch);
-	if (!p->fwd || !p->logits || !p->pos || !p->seq || !p->want || !p->ubatch) {
+	if (!p->logits || !p->pos || !p->seq || !p->want || !p->ubatch) {
 		snprintf(err, errlen, "out of memory for a window of %d tokens", n_ctx);
 		return -1;
 	}
@@ -113,11 +118,9 @@ static int setup(struct ppl_run *p, int n_ctx, int threads, char *err, size_t er
 
 static void teardown(struct ppl_run *p)
 {
-	fwd_ctx_free(p->fwd);
-	if (p->pool)
-		pg_pool_destroy(p->pool);
 	if (p->kv.meta)
 		kv_pool_free(&p->kv);
+	pg_backend_close(p->be);
 	free(p->logits);
 	free(p->pos);
 	free(p->seq);
@@ -128,7 +131,7 @@ static void teardown(struct ppl_run *p)
 
 int cmd_perplexity(int argc, char **argv)
 {
-	const char *model = NULL, *file = NULL;
+	const char *model = NULL, *file = NULL, *backend = "auto";
 	long n_ctx = 512, threads = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = (i + 1 < argc) ? argv[i + 1] : NULL;
@@ -140,8 +143,11 @@ int cmd_perplexity(int argc, char **argv)
 			;
 		else if (v && (!strcmp(a, "-t") || !strcmp(a, "--threads")) && opt_int(v, 0, 1024, &threads))
 			;
+		else if (v && !strcmp(a, "--backend"))
+			backend = v;
 		else {
-			fprintf(stderr, "usage: pagoda perplexity -m MODEL.gguf -f TEXT [-c N] [-t THREADS]\n");
+			fprintf(stderr, "usage: pagoda perplexity -m MODEL.gguf -f TEXT [-c N] [-t THREADS] "
+					"[--backend cpu|cuda|auto]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 		i++;
@@ -173,7 +179,7 @@ int cmd_perplexity(int argc, char **argv)
 	int rc = 1;
 	if (n < 0)
 		fprintf(stderr, "pagoda perplexity: cannot tokenize %s\n", file);
-	else if (setup(&p, (int)n_ctx, (int)threads, err, sizeof err))
+	else if (setup(&p, backend, (int)n_ctx, (int)threads, err, sizeof err))
 		fprintf(stderr, "pagoda perplexity: %s\n", err);
 	else
 		rc = perplexity(&p, toks, n, (int)n_ctx);

@@ -45,6 +45,7 @@ static int usage(FILE *f)
 		   "  -n, --n-predict N    tokens to generate (default: until end of text or context)\n"
 		   "  -c, --ctx-size N     context length (default: the model's, at most 4096)\n"
 		   "  -t, --threads N      compute threads (default: all cores)\n"
+		   "  --backend NAME       cpu, cuda or auto (default: cuda when a GPU is found)\n"
 		   "  --ids                print generated token ids instead of text\n"
 		   "  --stats              print the engine's counters (KV blocks, cache, batching) at the end\n"
 		   SAMPLING_FLAGS_HELP);
@@ -65,7 +66,11 @@ static void report(const struct engine_req *r)
 static void print_stats(struct engine *e)
 {
 	struct engine_stats st;
+	char be[128];
 	engine_get_stats(e, &st);
+	engine_backend_describe(e, be, sizeof be);
+	const char *note = engine_backend_note(e);
+	fprintf(stderr, "pagoda: backend %s%s%s\n", be, note[0] ? ": " : "", note);
 	fprintf(stderr,
 		"pagoda: KV blocks %lld total, %lld used, %lld cached, %lld free | waste %.1f%%\n"
 		"pagoda: prompt tokens %llu, from the prefix cache %llu (%.1f%%), prefilled %llu, decoded %llu\n"
@@ -83,7 +88,7 @@ static void print_stats(struct engine *e)
 
 int cmd_run(int argc, char **argv)
 {
-	struct engine_opts eo = { 0 };
+	struct engine_opts eo = { .backend = "auto" };
 	struct sampling smp;
 	sampling_defaults(&smp);
 	const char *prompt = NULL, *prompt_file = NULL;
@@ -120,6 +125,8 @@ int cmd_run(int argc, char **argv)
 			eo.n_ctx = (int)v;
 		else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && opt_int(val, 0, 1024, &v))
 			eo.threads = (int)v;
+		else if (!strcmp(a, "--backend"))
+			eo.backend = val;
 		else {
 			fprintf(stderr, "pagoda run: bad option %s %s\n", a, val);
 			return usage(stderr);

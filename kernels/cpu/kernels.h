@@ -1,4 +1,7 @@
-/* kernels/backend.h — the one compute door the model code uses.
+/* kernels/cpu/kernels.h — the CPU kernels: what the CPU backend
+ * (kernels/cpu/cpu_backend.c) runs a model with, and what the kernel tests,
+ * tools and benchmarks call directly. The engine never sees them: it goes
+ * through kernels/pg_backend.h.
  *
  * Numerics follow ggml's CPU backend (llama.cpp built for x86 with AVX2 or
  * AVX-512): a matmul converts the f32 activations to the weight type's
@@ -7,8 +10,8 @@
  * takes dot products of those quantized values with ggml's scale formulas.
  * Only the order of floating-point summation may differ from ggml.
  */
-#ifndef PAGODA_KERNELS_BACKEND_H
-#define PAGODA_KERNELS_BACKEND_H
+#ifndef PAGODA_KERNELS_CPU_KERNELS_H
+#define PAGODA_KERNELS_CPU_KERNELS_H
 
 #include <stdbool.h>
 #include <stddef.h>

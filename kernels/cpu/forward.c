@@ -1,4 +1,5 @@
-/* daemon/model/forward.c — the Llama-family forward pass over one ragged
+/* kernels/cpu/forward.c — the CPU backend's step: the Llama-family
+ * forward pass over one ragged
  * batch: every weight matrix is applied once per step to all the batch's
  * tokens, whichever sequences they belong to.
  *
@@ -7,9 +8,8 @@
  * llama.cpp would pick (see attention_layer). Matching those points is
  * what lets greedy decoding agree with llama.cpp token for token.
  */
-#include "daemon/model/model.h"
-#include "daemon/kv/kv.h"
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kernels.h"
 
 #include <errno.h>
 #include <math.h>
@@ -102,9 +102,9 @@ static void big_free(void *q)
 	munmap(a, len);
 }
 
-struct fwd_ctx *fwd_ctx_create(const struct model *m, int max_tokens, int n_ctx, struct pg_pool *pool)
+struct fwd_ctx *fwd_ctx_create(const struct cpu_model *m, int max_tokens, int n_ctx, struct pg_pool *pool)
 {
-	const struct model_hparams *hp = &m->hp;
+	const struct pg_hparams *hp = &m->hp;
 	struct fwd_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
@@ -209,7 +209,7 @@ static const bool *order_flags(uint32_t type, const struct row_order *o)
 	return type == PG_TYPE_IQ4_XS ? o->p8 : o->tb;
 }
 
-static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float *x, int n, float *y,
+static void matmul(struct fwd_ctx *c, const struct cpu_weight *w, const float *x, int n, float *y,
 		   const struct row_order *o)
 {
 	const bool *tb = order_flags(w->type, o);
@@ -220,7 +220,7 @@ static void matmul(struct fwd_ctx *c, const struct model_weight *w, const float 
 /* Weights that read the same input (Q, K, V; gate, up): one conversion of
  * the input and one pool run, unless a row wants an order that
  * pg_matmul_tb alone gives (tinyBLAS's, a batched kernel's). */
-static void matmul_many(struct fwd_ctx *c, const struct model_weight *const *w, float *const *y, int count,
+static void matmul_many(struct fwd_ctx *c, const struct cpu_weight *const *w, float *const *y, int count,
 			const float *x, int n, const struct row_order *ord)
 {
 	struct pg_mm_out o[4];
@@ -255,9 +255,9 @@ static void add_bias(float *y, const float *b, int n_tokens, int dim)
  * repeated float multiplication, exactly as ggml builds its cache. The
  * table depends on the position alone, so a step builds it once per token
  * for every layer's Q and K. */
-static void rope_table(const struct model *m, int pos, float *cs)
+static void rope_table(const struct cpu_model *m, int pos, float *cs)
 {
-	const struct model_hparams *hp = &m->hp;
+	const struct pg_hparams *hp = &m->hp;
 	const int nd = hp->rope_dim;
 	const float theta_scale = powf(hp->rope_base, -2.0f / nd);
 	float theta = (float)pos;
@@ -270,15 +270,15 @@ static void rope_table(const struct model *m, int pos, float *cs)
 	}
 }
 
-static void rope(const struct model *m, float *x, int n_heads, const float *cs)
+static void rope(const struct cpu_model *m, float *x, int n_heads, const float *cs)
 {
-	const struct model_hparams *hp = &m->hp;
+	const struct pg_hparams *hp = &m->hp;
 	const int nd = hp->rope_dim, hd = hp->head_dim;
 	for (int h = 0; h < n_heads; h++) {
 		float *v = x + (size_t)h * hd;
 		for (int i0 = 0; i0 < nd; i0 += 2) {
-			int a = hp->rope_kind == ROPE_NORM ? i0 : i0 / 2;
-			int b = hp->rope_kind == ROPE_NORM ? i0 + 1 : i0 / 2 + nd / 2;
+			int a = hp->rope_kind == PG_ROPE_NORM ? i0 : i0 / 2;
+			int b = hp->rope_kind == PG_ROPE_NORM ? i0 + 1 : i0 / 2 + nd / 2;
 			float x0 = v[a], x1 = v[b];
 			/* ggml's rotate_pairs, as GCC contracts it (-ffp-contract=fast
 			 * with FMA): the first product fused, the second rounded. */
@@ -288,36 +288,52 @@ static void rope(const struct model *m, float *x, int n_heads, const float *cs)
 	}
 }
 
+/* The K (or V, from base) rows of a sequence's i-th block at one layer:
+ * position i * block_size + j starts kv_dim * j elements further. */
+static inline pg_f16 *kv_block(const struct cpu_kv *kv, pg_f16 *base, const struct pg_block_table *s, int layer,
+			       int i)
+{
+	return base + (size_t)s->blocks[i] * kv->block_stride + (size_t)layer * kv->layer_stride;
+}
+
+static inline pg_f16 *kv_row(const struct cpu_kv *kv, pg_f16 *base, const struct pg_block_table *s, int layer,
+			     int pos)
+{
+	const int bs = kv->layout.block_size;
+	return kv_block(kv, base, s, layer, pos / bs) + (size_t)(pos % bs) * kv->layout.kv_dim;
+}
+
 struct attn_job {
-	const struct model *m;
+	const struct cpu_model *m;
 	struct fwd_ctx *c;
-	const struct kv_pool *kv;
-	const struct fwd_batch *b;
+	const struct cpu_kv *kv;
+	const struct pg_batch *b;
 	int layer, n_tasks;
 	atomic_int next;
 };
 
 /* The block pointers of this sequence's KV head, for positions [0, n_pos). */
-static void attn_kv_of(const struct attn_job *j, struct attn_scratch *sc, const struct kv_seq *s, int kvh,
+static void attn_kv_of(const struct attn_job *j, struct attn_scratch *sc, const struct pg_block_table *s, int kvh,
 		       int n_pos, struct pg_attn_kv *out)
 {
-	const int hd = j->m->hp.head_dim, nb = (n_pos + j->kv->block_size - 1) / j->kv->block_size;
+	const int bs = j->kv->layout.block_size;
+	const int hd = j->m->hp.head_dim, nb = (n_pos + bs - 1) / bs;
 	const pg_f16 **kb = sc->blk, **vb = sc->blk + j->c->blk_cap;
 	for (int i = 0; i < nb; i++) {
-		kb[i] = kv_k_block(j->kv, s, j->layer, i) + (size_t)kvh * hd;
-		vb[i] = kv_v_block(j->kv, s, j->layer, i) + (size_t)kvh * hd;
+		kb[i] = kv_block(j->kv, j->kv->k, s, j->layer, i) + (size_t)kvh * hd;
+		vb[i] = kv_block(j->kv, j->kv->v, s, j->layer, i) + (size_t)kvh * hd;
 	}
-	*out = (struct pg_attn_kv){ kb, vb, j->kv->block_size, (size_t)j->kv->kv_dim };
+	*out = (struct pg_attn_kv){ kb, vb, bs, (size_t)j->kv->layout.kv_dim };
 }
 
 static void attn_run(const struct attn_job *j, const struct attn_task *tk, struct attn_scratch *sc)
 {
-	const struct model_hparams *hp = &j->m->hp;
-	const struct fwd_batch *b = j->b;
+	const struct pg_hparams *hp = &j->m->hp;
+	const struct pg_batch *b = j->b;
 	const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, q_dim = hp->n_head * hd;
 	const float scale = 1.0f / sqrtf((float)hd);
 	const int *toks = j->c->tok_order + tk->first;
-	const struct kv_seq *s = b->seqs[b->seq[toks[0]]];
+	const struct pg_block_table *s = &b->seqs[b->seq[toks[0]]];
 	int max_pos = 0;
 	for (int i = 0; i < tk->n_tok; i++)
 		if (b->pos[toks[i]] + 1 > max_pos)
@@ -356,28 +372,28 @@ static void attn_worker(void *arg, int ith, int nth)
  * (the engine knows the prompt length); the rule is applied per token, so
  * a result never depends on how the engine split the prompt or what else
  * shares the step. */
-static bool attn_tiled(const struct fwd_batch *b, int t, bool tiled_ok)
+static bool attn_tiled(const struct pg_batch *b, int t, bool tiled_ok)
 {
-	return tiled_ok && (b->ubatch ? b->ubatch[t] : b->n) >= TILE_Q;
+	return tiled_ok && (b->ubatch ? b->ubatch[t] : b->n_tokens) >= TILE_Q;
 }
 
 /* Tasks: per sequence, runs of consecutive tokens with the same path; a
  * tiled run in tiles of TILE_Q tokens, a one-chunk token alone, each for
  * every KV head. Returns the number of tasks, the tiled ones (the larger)
  * first, the latest tokens (the longest rows) first among them. */
-static int attn_plan(const struct model *m, struct fwd_ctx *c, const struct fwd_batch *b)
+static int attn_plan(const struct cpu_model *m, struct fwd_ctx *c, const struct pg_batch *b)
 {
 	const int n_kv = m->hp.n_head_kv;
 	int n_seq = 0;
-	for (int t = 0; t < b->n; t++)
+	for (int t = 0; t < b->n_tokens; t++)
 		if (b->seq[t] + 1 > n_seq)
 			n_seq = b->seq[t] + 1;
 	memset(c->seq_start, 0, (size_t)(n_seq + 1) * sizeof *c->seq_start);
-	for (int t = 0; t < b->n; t++)
+	for (int t = 0; t < b->n_tokens; t++)
 		c->seq_start[b->seq[t] + 1]++;
 	for (int i = 0; i < n_seq; i++)
 		c->seq_start[i + 1] += c->seq_start[i];
-	for (int t = 0; t < b->n; t++)
+	for (int t = 0; t < b->n_tokens; t++)
 		c->tok_order[c->seq_start[b->seq[t]]++] = t;
 	for (int i = n_seq; i > 0; i--)
 		c->seq_start[i] = c->seq_start[i - 1];
@@ -425,11 +441,11 @@ static int attn_plan(const struct model *m, struct fwd_ctx *c, const struct fwd_
  * round differently too: by the token's place in its ubatch, or among the
  * wanted rows of it in the last layer. IQ4_XS: a matmul of 8 rows or more
  * takes the IQ panel gemm for every row. */
-static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
+static void plan_order(struct fwd_ctx *c, const struct pg_batch *b)
 {
 	int n_want = 0, n_seq = 0;
-	for (int t = 0; t < b->n; t++) {
-		const int u = b->ubatch ? b->ubatch[t] : b->n, i = b->ubatch ? b->pos[t] % MODEL_UBATCH : t;
+	for (int t = 0; t < b->n_tokens; t++) {
+		const int u = b->ubatch ? b->ubatch[t] : b->n_tokens, i = b->ubatch ? b->pos[t] % PG_UBATCH : t;
 		c->all.tb[t] = u >= 2;
 		c->all.g4[t] = i < u - u % 4;
 		c->all.p8[t] = u >= 8;
@@ -438,7 +454,7 @@ static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 			n_seq = b->seq[t] + 1;
 	}
 	if (!b->ubatch) { /* the whole batch is one ubatch */
-		for (int t = 0, rank = 0; t < b->n; t++) {
+		for (int t = 0, rank = 0; t < b->n_tokens; t++) {
 			c->last.tb[t] = c->all.tb[t] && n_want >= 2;
 			c->last.g4[t] = b->want[t] && rank < n_want - n_want % 4;
 			c->last.p8[t] = n_want >= 8;
@@ -449,11 +465,11 @@ static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 	for (int sq = 0; sq < n_seq; sq++) {
 		const int end = c->seq_start[sq + 1];
 		for (int i = c->seq_start[sq], i1; i < end; i = i1) {
-			const int t = c->tok_order[i], win = b->pos[t] / MODEL_UBATCH;
+			const int t = c->tok_order[i], win = b->pos[t] / PG_UBATCH;
 			int w = 0;
 			for (i1 = i; i1 < end; i1++) {
 				const int u = c->tok_order[i1];
-				if (c->all.tb[u] != c->all.tb[t] || b->pos[u] / MODEL_UBATCH != win)
+				if (c->all.tb[u] != c->all.tb[t] || b->pos[u] / PG_UBATCH != win)
 					break;
 				w += b->want[u];
 			}
@@ -469,9 +485,9 @@ static void plan_order(struct fwd_ctx *c, const struct fwd_batch *b)
 }
 
 /* Room for the block pointers of the longest sequence. */
-static int attn_reserve(struct fwd_ctx *c, const struct kv_pool *kv)
+static int attn_reserve(struct fwd_ctx *c, const struct cpu_kv *kv)
 {
-	const int need = (c->n_ctx + kv->block_size - 1) / kv->block_size + 1;
+	const int bs = kv->layout.block_size, need = (c->n_ctx + bs - 1) / bs + 1;
 	if (c->blk_cap >= need)
 		return 0;
 	for (int i = 0; i < c->n_threads; i++) {
@@ -490,10 +506,10 @@ static int attn_reserve(struct fwd_ctx *c, const struct kv_pool *kv)
  * the same functions on the same rows, so the same bits. On one thread they
  * were a tenth of a prompt's wall time, with the other core idle. */
 struct tok_job {
-	const struct model *m;
+	const struct cpu_model *m;
 	struct fwd_ctx *c;
-	struct kv_pool *kv;
-	const struct fwd_batch *b;
+	const struct cpu_kv *kv;
+	const struct pg_batch *b;
 	const float *norm;
 	bool add;
 	int l, n;
@@ -517,7 +533,7 @@ static void for_tokens(struct fwd_ctx *c, int n, int dim, void (*fn)(void *, int
 static void residual_norm_worker(void *a, int ith, int nth)
 {
 	const struct tok_job *j = a;
-	const struct model_hparams *hp = &j->m->hp;
+	const struct pg_hparams *hp = &j->m->hp;
 	int t0, t1;
 	tok_span(j, ith, nth, &t0, &t1);
 	for (int t = t0; t < t1; t++) {
@@ -530,7 +546,7 @@ static void residual_norm_worker(void *a, int ith, int nth)
 	}
 }
 
-static void residual_norm(const struct model *m, struct fwd_ctx *c, int n, bool add, const float *norm)
+static void residual_norm(const struct cpu_model *m, struct fwd_ctx *c, int n, bool add, const float *norm)
 {
 	struct tok_job j = { .m = m, .c = c, .norm = norm, .add = add, .n = n };
 	for_tokens(c, n, m->hp.n_embd, residual_norm_worker, &j);
@@ -539,18 +555,18 @@ static void residual_norm(const struct model *m, struct fwd_ctx *c, int n, bool 
 static void rope_kv_worker(void *a, int ith, int nth)
 {
 	const struct tok_job *j = a;
-	const struct model_hparams *hp = &j->m->hp;
+	const struct pg_hparams *hp = &j->m->hp;
 	const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
 	int t0, t1;
 	tok_span(j, ith, nth, &t0, &t1);
 	for (int t = t0; t < t1; t++) {
 		float *q = j->c->q + (size_t)t * q_dim, *k = j->c->k + (size_t)t * kv_dim;
-		const struct kv_seq *s = j->b->seqs[j->b->seq[t]];
+		const struct pg_block_table *s = &j->b->seqs[j->b->seq[t]];
 		const float *cs = j->c->rope_cs + (size_t)t * hp->rope_dim;
 		rope(j->m, q, hp->n_head, cs);
 		rope(j->m, k, hp->n_head_kv, cs);
-		pg_f32_to_f16_row(k, kv_k_row(j->kv, s, j->l, j->b->pos[t]), kv_dim);
-		pg_f32_to_f16_row(j->c->v + (size_t)t * kv_dim, kv_v_row(j->kv, s, j->l, j->b->pos[t]), kv_dim);
+		pg_f32_to_f16_row(k, kv_row(j->kv, j->kv->k, s, j->l, j->b->pos[t]), kv_dim);
+		pg_f32_to_f16_row(j->c->v + (size_t)t * kv_dim, kv_row(j->kv, j->kv->v, s, j->l, j->b->pos[t]), kv_dim);
 	}
 }
 
@@ -567,13 +583,13 @@ static void swiglu_worker(void *a, int ith, int nth)
 			  n_ff);
 }
 
-static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv,
-			    const struct fwd_batch *b, int l, int n_tasks)
+static void attention_layer(const struct cpu_model *m, struct fwd_ctx *c, const struct cpu_kv *kv,
+			    const struct pg_batch *b, int l, int n_tasks)
 {
-	const struct model_hparams *hp = &m->hp;
-	const struct model_layer *ly = &m->layers[l];
-	const int n = b->n, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-	const struct model_weight *qkv[] = { &ly->wq, &ly->wk, &ly->wv };
+	const struct pg_hparams *hp = &m->hp;
+	const struct cpu_layer *ly = &m->layers[l];
+	const int n = b->n_tokens, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+	const struct cpu_weight *qkv[] = { &ly->wq, &ly->wk, &ly->wv };
 	float *const qkv_out[] = { c->q, c->k, c->v };
 	matmul_many(c, qkv, qkv_out, 3, c->xn, n, &c->all);
 	add_bias(c->q, ly->bq, n, q_dim);
@@ -592,12 +608,12 @@ static void attention_layer(const struct model *m, struct fwd_ctx *c, struct kv_
 	residual_norm(m, c, n, true, ly->ffn_norm);
 }
 
-static void ffn_layer(const struct model *m, struct fwd_ctx *c, int n, int l)
+static void ffn_layer(const struct cpu_model *m, struct fwd_ctx *c, int n, int l)
 {
-	const struct model_hparams *hp = &m->hp;
-	const struct model_layer *ly = &m->layers[l];
+	const struct pg_hparams *hp = &m->hp;
+	const struct cpu_layer *ly = &m->layers[l];
 	const struct row_order *ord = l == hp->n_layer - 1 ? &c->last : &c->all;
-	const struct model_weight *gu[] = { &ly->w_gate, &ly->w_up };
+	const struct cpu_weight *gu[] = { &ly->w_gate, &ly->w_up };
 	float *const gu_out[] = { c->gate, c->up };
 	matmul_many(c, gu, gu_out, 2, c->xn, n, ord);
 	struct tok_job tj = { .m = m, .c = c, .n = n };
@@ -606,14 +622,23 @@ static void ffn_layer(const struct model *m, struct fwd_ctx *c, int n, int l)
 	residual_norm(m, c, n, true, l + 1 < hp->n_layer ? m->layers[l + 1].attn_norm : NULL);
 }
 
-int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, const struct fwd_batch *b)
+/* A token whose position lies past its block table, or in a block the
+ * pool does not have, would write outside the pool. */
+static bool kv_ok(const struct cpu_kv *kv, const struct pg_batch *b, int t)
 {
-	const struct model_hparams *hp = &m->hp;
-	if (b->n <= 0 || b->n > c->max_tokens)
+	const struct pg_block_table *s = &b->seqs[b->seq[t]];
+	const int i = b->pos[t] / kv->layout.block_size;
+	return i < s->n_blocks && s->blocks[i] >= 0 && s->blocks[i] < kv->n_blocks;
+}
+
+int cpu_forward(const struct cpu_model *m, struct fwd_ctx *c, const struct cpu_kv *kv, const struct pg_batch *b)
+{
+	const struct pg_hparams *hp = &m->hp;
+	if (b->n_tokens <= 0 || b->n_tokens > c->max_tokens || b->n_seqs <= 0 || b->n_seqs > c->max_tokens)
 		return -EINVAL;
-	for (int t = 0; t < b->n; t++) {
+	for (int t = 0; t < b->n_tokens; t++) {
 		if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab || b->pos[t] < 0 || b->pos[t] >= c->n_ctx ||
-		    b->seq[t] < 0 || b->seq[t] >= b->n)
+		    b->seq[t] < 0 || b->seq[t] >= b->n_seqs || !kv_ok(kv, b, t) || (b->want[t] && !b->logits))
 			return -EINVAL;
 		pg_dequant_row(m->tok_embd.type,
 			       (const uint8_t *)m->tok_embd.data +
@@ -622,17 +647,17 @@ int model_forward(const struct model *m, struct fwd_ctx *c, struct kv_pool *kv, 
 	}
 	if (attn_reserve(c, kv))
 		return -ENOMEM;
-	for (int t = 0; t < b->n; t++)
+	for (int t = 0; t < b->n_tokens; t++)
 		rope_table(m, b->pos[t], c->rope_cs + (size_t)t * hp->rope_dim);
 	const int n_tasks = attn_plan(m, c, b);
 	plan_order(c, b);
-	residual_norm(m, c, b->n, false, m->layers[0].attn_norm);
+	residual_norm(m, c, b->n_tokens, false, m->layers[0].attn_norm);
 	for (int l = 0; l < hp->n_layer; l++) {
 		attention_layer(m, c, kv, b, l, n_tasks);
-		ffn_layer(m, c, b->n, l);
+		ffn_layer(m, c, b->n_tokens, l);
 	}
 	int n_out = 0;
-	for (int t = 0; t < b->n; t++)
+	for (int t = 0; t < b->n_tokens; t++)
 		if (b->want[t]) {
 			c->out.tb[n_out] = c->last.tb[t];
 			c->out.g4[n_out] = c->last.g4[t];
