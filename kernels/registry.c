@@ -120,8 +120,12 @@ int pg_backend_open(const char *name, const struct pg_backend_opts *o, struct pg
 			lib = NULL;
 		}
 	}
-	if (lib)
-		return create(ops, lib, o, out, msg, msglen);
+	if (lib) {
+		const int r = create(ops, lib, o, out, why, sizeof why); /* why: its error, if any */
+		if (r == 0)
+			return 0;
+		n = r;
+	}
 	if (!is_auto) {
 		snprintf(msg, msglen, "backend cuda: %s", why);
 		return n < 0 ? n : -ENODEV;

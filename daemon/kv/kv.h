@@ -11,9 +11,10 @@
  * written: sequences only write positions past their matched prefix, in
  * blocks they alone hold.
  *
- * Nothing outside daemon/kv/ reads a block table: others reach a token's
- * K/V rows through kv_k_row / kv_v_row. Not thread-safe: the engine thread
- * owns the pool.
+ * Nothing outside daemon/kv/ reads a block table: the engine hands each
+ * sequence's to the backend's step (kv_seq_table), and host code reaches a
+ * token's K/V rows through kv_k_row / kv_v_row. Not thread-safe: the
+ * engine thread owns the pool.
  */
 #ifndef PAGODA_KV_H
 #define PAGODA_KV_H
