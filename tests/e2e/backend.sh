@@ -44,7 +44,7 @@ SRC
 }
 fake nodev -DNODEV
 fake oldabi -DOLDABI
-fake broken -DBROKEN
+fake broken -DSTARTS # a device that fails in create
 cc -shared -fPIC -o "$dir/noentry.so" -x c /dev/null
 
 # daemon LIB WANT_RC REGEX [ARGS...]: pagodad with PAGODA_CUDA_LIB=LIB
@@ -79,6 +79,9 @@ daemon "$dir/broken.so" 1 "backend cuda: cuda: fake device failed to start" --ba
 daemon "$dir/broken.so" up "picked the CPU: cuda: fake device failed to start" --backend auto
 daemon "$dir/broken.so" up "backend cpu (" --backend cpu
 daemon "$dir/nodev.so" 2 "'gpu' is not one of cpu, cuda, auto" --backend gpu
+printf 'backend = cuda\n' > "$dir/conf"
+daemon "$dir/nodev.so" 1 "backend cuda: no CUDA device: fake probe" --config "$dir/conf"
+daemon "$dir/nodev.so" up "picked the CPU: no CUDA device" --config "$dir/conf" --backend auto
 
 # pagoda run: the same door, the same words
 PAGODA_CUDA_LIB="$dir/nodev.so" "$B/pagoda" run -m "$M" -p hi -n 1 --backend cuda > "$dir/out" 2> "$dir/err"
