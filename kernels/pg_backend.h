@@ -192,7 +192,8 @@ struct pg_backend_opts {
 	const char *device; /* NULL or "": the first; cuda: a device ordinal ("1") */
 	int threads;        /* host threads for compute; <= 0: all online cores */
 	/* Bytes of its memory (device memory for a device backend) the
-	 * backend may take for weights, scratch and KV together; 0: all. */
+	 * backend may take for weights, scratch and KV together; 0: all. The
+	 * CPU takes what the engine asks (--kv-mem) and ignores it. */
 	int64_t mem_limit;
 	/* Called while loading weights (stage, fraction of it done) on the
 	 * calling thread; may be NULL. */
@@ -246,8 +247,9 @@ struct pg_backend_ops {
 	 * dst / src, pg_kv_block_bytes() long, any alignment. */
 	int (*kv_copy_out)(struct pg_backend *b, int32_t block, void *dst);
 	int (*kv_copy_in)(struct pg_backend *b, int32_t block, const void *src);
-	/* One forward pass over a batch (struct pg_batch). -EINVAL for a batch
-	 * beyond the limits or a bad token, position or sequence index. */
+	/* One forward pass over a batch (struct pg_batch). -EINVAL, before
+	 * touching the KV pool, for a batch beyond the limits, a bad token or
+	 * sequence index, or a position past its block table or the context. */
 	int (*step)(struct pg_backend *b, const struct pg_batch *batch);
 	/* Waits for everything the backend has queued. */
 	int (*sync)(struct pg_backend *b);
