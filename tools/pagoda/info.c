@@ -2,6 +2,7 @@
  * pagoda can run it. */
 #include "daemon/model/gguf.h"
 #include "daemon/model/model.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/types.h"
 #include "tools/pagoda/cmds.h"
 
@@ -29,6 +30,30 @@ static void print_kv(const struct gguf_kv *kv)
 	default:
 		printf("%llu\n", (unsigned long long)kv->v.u64);
 	}
+}
+
+static bool refused(const struct pg_tensor *t, char *err, size_t errlen)
+{
+	if (pg_type_supported(t->type))
+		return false;
+	snprintf(err, errlen, "model: tensor %s: weight type %s is not supported", t->name, pg_type_name(t->type));
+	return true;
+}
+
+/* The CPU backend's check of the weight types, without its copy of them. */
+static bool cpu_refuses(struct model *m, char *err, size_t errlen)
+{
+	const struct pg_model_desc *d = &m->desc;
+	bool no = refused(&d->tok_embd, err, errlen) || refused(&d->output, err, errlen);
+	for (int i = 0; !no && i < d->hp.n_layer; i++) {
+		const struct pg_layer_desc *ly = &d->layers[i];
+		no = refused(&ly->wq, err, errlen) || refused(&ly->wk, err, errlen) || refused(&ly->wv, err, errlen) ||
+		     refused(&ly->wo, err, errlen) || refused(&ly->w_gate, err, errlen) ||
+		     refused(&ly->w_up, err, errlen) || refused(&ly->w_down, err, errlen);
+	}
+	if (no)
+		model_free(m);
+	return no;
 }
 
 int cmd_info(int argc, char **argv)
@@ -69,7 +94,7 @@ int cmd_info(int argc, char **argv)
 		}
 	gguf_close(f);
 	struct model *m;
-	if (model_load(path, &m, err, sizeof err)) {
+	if (model_load(path, &m, err, sizeof err) || cpu_refuses(m, err, sizeof err)) {
 		printf("not runnable by pagoda: %s\n", err);
 		return 1;
 	}
