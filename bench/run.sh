@@ -11,6 +11,8 @@
 #   LLAMA_CPP_BIN=DIR   use llama-bench / llama-batched-bench from DIR instead
 #                       of building build/llama.cpp from node-llama-cpp's source
 #   BENCH_NO_LLAMA=1    measure pagoda alone
+#   BENCH_BACKEND=NAME  pagoda's backend (default cpu: the figures set it
+#                       against llama.cpp's CPU backend)
 #   BENCH_BUILD_LLAMA=0 do not build llama.cpp natively (node-llama-cpp alone, if installed)
 #   BENCH_PP, BENCH_TG, BENCH_SWEEP ("1 4 16 64"), BENCH_SW_PP, BENCH_SW_TG,
 #   BENCH_SW_ROUNDS, BENCH_GEN_PAIRS, BENCH_TT_PAIRS, BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N,
@@ -25,6 +27,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 B=${PAGODA_BUILD:-$ROOT/build}
 QUICK=${BENCH_QUICK:-0}
+BACKEND=${BENCH_BACKEND:-cpu}
 T=${BENCH_THREADS:-2}
 NLC=node-llama-cpp@3.21.1
 W=$B/bench
@@ -159,7 +162,7 @@ start_daemon() { # NAME MODEL FLAGS...: sets SOCK
 	name=$1 model=$2
 	shift 2
 	SOCK=$SOCKDIR/$name.sock
-	"$B/pagodad" --model "$model" --socket "$SOCK" "$@" 2>"$W/pagodad-$name.log" &
+	"$B/pagodad" --model "$model" --socket "$SOCK" --backend "$BACKEND" "$@" 2>"$W/pagodad-$name.log" &
 	DAEMON_PIDS="$DAEMON_PIDS $!"
 	i=0
 	until "$B/pagoda" ping --socket "$SOCK" >/dev/null 2>&1; do
@@ -202,7 +205,7 @@ make_prompt() { # MODEL N OUT
 
 # ---- prefill and decode: pagoda run, pagoda generate, llama-bench, node ------------
 pagoda_run() { # MODEL PROMPTFILE -> "n_prompt pp_tok_s n_gen tg_tok_s ttft_ms"
-	"$B/pagoda" run -m "$1" -f "$2" -n "$TG" -t "$T" --temp 0 --ids 2>&1 >/dev/null |
+	"$B/pagoda" run --backend "$BACKEND" -m "$1" -f "$2" -n "$TG" -t "$T" --temp 0 --ids 2>&1 >/dev/null |
 		sed -n 's/.*prompt \([0-9]*\) tokens, \([0-9.]*\) tok\/s | generated \([0-9]*\) tokens, \([0-9.]*\) tok\/s | TTFT \([0-9.]*\) ms.*/\1 \2 \3 \4 \5/p'
 }
 pagoda_gen() { # SOCK PROMPTFILE -> "n_prompt n_gen tg_tok_s ttft_ms"
@@ -210,7 +213,7 @@ pagoda_gen() { # SOCK PROMPTFILE -> "n_prompt n_gen tg_tok_s ttft_ms"
 		sed -n 's/.*prompt \([0-9]*\) tokens ([0-9]* cached) | generated \([0-9]*\) tokens, \([0-9.]*\) tok\/s | TTFT \([0-9.]*\) ms.*/\1 \2 \3 \4/p'
 }
 pagoda_run_short() { # MODEL -> "tg_tok_s": decode from an (almost) empty context
-	"$B/pagoda" run -m "$1" -p "Once upon a time" -n "$TG" -t "$T" --temp 0 --ids 2>&1 >/dev/null |
+	"$B/pagoda" run --backend "$BACKEND" -m "$1" -p "Once upon a time" -n "$TG" -t "$T" --temp 0 --ids 2>&1 >/dev/null |
 		sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) tok\/s.*/\1/p'
 }
 llama_bench() { # MODEL -> "pp_tok_s tg_tok_s tg_at_depth_PP_tok_s"
