@@ -647,7 +647,9 @@ static void fail_batch(struct engine *e, const struct plan *p, int r)
 				remove_running(e, i);
 				break;
 			}
-		finish(e, s, FINISH_ERROR, ENGINE_ERR_INVALID, r == -EINVAL ? "invalid batch" : "forward failed");
+		const char *why = pg_backend_last_error(e->be);
+		finish(e, s, FINISH_ERROR, ENGINE_ERR_INVALID,
+		       why[0] ? why : r == -EINVAL ? "invalid batch" : "forward failed");
 	}
 }
 
