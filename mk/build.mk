@@ -38,8 +38,29 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 TOOL_BINS := $(addprefix $(BUILD)/,$(TOOLS))
 DAEMON_BIN := $(if $(DAEMON_SRCS),$(BUILD)/pagodad)
 
-.PHONY: all check check-unit check-e2e fuzz run bench install uninstall
-all: $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A) $(CLIENT_SO)) $(TOOL_BINS) $(DAEMON_BIN) $(UNIT_BINS)
+# ---- the CUDA backend: only where nvcc is found ------------------------------
+# A fat binary (sm_80 and sm_90 code, compute_90 PTX for newer cards) that
+# pagodad dlopens; cudart is linked statically, so the library needs only
+# the driver's libcuda at run time. NVCC= (empty) skips it.
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+CUDA_LIB := $(if $(NVCC),$(if $(CUDA_SRCS),$(BUILD)/libpagoda-cuda.so))
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3
+NVCCFLAGS += -std=c++17 $(CUDA_ARCH) -I. -D_GNU_SOURCE -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter
+GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/test_*.c))
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+$(BUILD)/libpagoda-cuda.so: $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRCS)) $(BUILD)/obj/kernels/types.o \
+		kernels/cuda/exports.map
+	$(NVCC) -shared $(CUDA_ARCH) -Xlinker --version-script=kernels/cuda/exports.map -o $@ $(filter %.o,$^)
+
+.PHONY: all check check-unit check-e2e check-gpu fuzz run bench install uninstall
+all: $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A) $(CLIENT_SO)) $(TOOL_BINS) $(DAEMON_BIN) $(UNIT_BINS) \
+	$(CUDA_LIB) $(GPU_TEST_BINS)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(@D)
@@ -75,6 +96,12 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(ENGINE_LIB) $(if $(CLIENT_SRCS),
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
 
+# The GPU tests build everywhere (they dlopen the CUDA library) and skip
+# without a device; tests/gpu/run.sh runs them where one is.
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(LDLIBS)
+
 # ---- tests -----------------------------------------------------------------
 export PAGODA_BUILD := $(abspath $(BUILD))
 # One after another: the e2e tests run daemons and must not race the build.
@@ -88,6 +115,9 @@ check-unit: $(UNIT_BINS) $(DAEMON_BIN)
 
 check-e2e: all
 	@sh tests/run-e2e.sh
+
+check-gpu: all
+	@sh tests/gpu/run.sh
 
 # ---- fuzzing (clang libFuzzer) ----------------------------------------------
 FUZZ_TIME ?= 10
