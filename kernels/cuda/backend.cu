@@ -82,6 +82,7 @@ struct cu_be {
 	size_t block_elems;
 
 	cudaGraphExec_t graphs[N_BUCKETS][N_SPLIT_J];
+	bool warm[N_BUCKETS][N_SPLIT_J];
 };
 
 static struct cu_be *cu(struct pg_backend *b)
@@ -219,6 +220,7 @@ static void drop_graphs(struct cu_be *b)
 				cudaGraphExecDestroy(b->graphs[i][j]);
 				b->graphs[i][j] = NULL;
 			}
+	memset(b->warm, 0, sizeof b->warm);
 }
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -708,7 +710,14 @@ static int cu_step(struct pg_backend *pb, const struct pg_batch *bt)
 			return -EINVAL;
 		}
 		cudaGraphExec_t *g = &b->graphs[bk][j];
-		if (!*g) {
+		if (!*g && !b->warm[bk][j]) {
+			/* the first step of a shape runs as plain launches: its
+			 * kernels are loaded (lazily) outside any capture */
+			enqueue_layers(b, &f);
+			enqueue_output(b, 0, T, true);
+			e = cudaGetLastError();
+			b->warm[bk][j] = true;
+		} else if (!*g) {
 			cudaGraph_t cg;
 			if ((e = cudaStreamBeginCapture(b->st, cudaStreamCaptureModeThreadLocal)) != cudaSuccess)
 				return cuda_fail(b, "graph capture", e);
@@ -724,8 +733,10 @@ static int cu_step(struct pg_backend *pb, const struct pg_batch *bt)
 				return cuda_fail(b, "graph instantiation", e);
 			}
 		}
-		if ((e = cudaGraphLaunch(*g, b->st)) != cudaSuccess)
+		if (*g && (e = cudaGraphLaunch(*g, b->st)) != cudaSuccess)
 			return cuda_fail(b, "graph launch", e);
+		if (e != cudaSuccess)
+			return cuda_fail(b, "step", e);
 		/* every padded row was computed; copy out the wanted ones */
 		if (bt->ids) {
 			e = cudaMemcpyAsync(b->h_ids, b->d_ids, (size_t)T * sizeof(int32_t), cudaMemcpyDeviceToHost, b->st);

@@ -130,10 +130,112 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 	}
 }
 
+/* Q8_0 and Q4_0, the types decode streams most: lanes share a block so
+ * that a warp's loads of one instruction are contiguous (a lane per block
+ * strides 34 or 18 bytes, which costs L1 wavefronts, not DRAM bytes).
+ * Q8_0: 8 lanes a block, 4 quants each; Q4_0: 4 lanes a block, 4 bytes
+ * (8 quants) each. Quants are read as 16-bit words: blocks are only 2-byte
+ * aligned. */
+__device__ __forceinline__ float dot4(const float4 x, float a, float b, float c, float d)
+{
+	return fmaf(a, x.x, fmaf(b, x.y, fmaf(c, x.z, d * x.w)));
+}
+
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+	gemv_q8_0(const uint8_t *W, size_t row_bytes, int64_t n, int64_t k, const float *X, int m, float *Y, int64_t ldy)
+{
+	const int lane = threadIdx.x & 31, q = lane & 7;
+	const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+	if (r >= n)
+		return;
+	const block_q8_0 *row = (const block_q8_0 *)(W + (size_t)r * row_bytes);
+	float acc[PGCU_GEMV_MAX_M];
+#pragma unroll
+	for (int j = 0; j < PGCU_GEMV_MAX_M; j++)
+		acc[j] = 0.0f;
+	const int nb = (int)(k / 32);
+	for (int ib = lane >> 3; ib < nb; ib += 4) {
+		const block_q8_0 *b = row + ib;
+		const float d = pgcu_h2f(b->d);
+		const uint16_t *qw = (const uint16_t *)b->qs + 2 * q;
+		const uint16_t w0 = qw[0], w1 = qw[1];
+		const float q0 = (int8_t)(w0 & 0xFF), q1 = (int8_t)(w0 >> 8), q2 = (int8_t)(w1 & 0xFF),
+			    q3 = (int8_t)(w1 >> 8);
+#pragma unroll
+		for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
+			if (j >= m)
+				break;
+			const float4 x = *(const float4 *)(X + (size_t)j * k + (size_t)ib * 32 + 4 * q);
+			acc[j] = fmaf(d, dot4(x, q0, q1, q2, q3), acc[j]);
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
+		if (j >= m)
+			break;
+		const float s = pgcu_warp_sum(acc[j]);
+		if (lane == 0)
+			Y[(size_t)j * ldy + r] = s;
+	}
+}
+
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+	gemv_q4_0(const uint8_t *W, size_t row_bytes, int64_t n, int64_t k, const float *X, int m, float *Y, int64_t ldy)
+{
+	const int lane = threadIdx.x & 31, q = lane & 3;
+	const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+	if (r >= n)
+		return;
+	const block_q4_0 *row = (const block_q4_0 *)(W + (size_t)r * row_bytes);
+	float acc[PGCU_GEMV_MAX_M];
+#pragma unroll
+	for (int j = 0; j < PGCU_GEMV_MAX_M; j++)
+		acc[j] = 0.0f;
+	const int nb = (int)(k / 32);
+	for (int ib = lane >> 2; ib < nb; ib += 8) {
+		const block_q4_0 *b = row + ib;
+		const float d = pgcu_h2f(b->d);
+		const uint16_t *qw = (const uint16_t *)b->qs + 2 * q;
+		const uint32_t w = qw[0] | (uint32_t)qw[1] << 16;
+		/* bytes 4q..4q+3: low nibbles are elements 4q.., high ones 16+4q.. */
+		float lo[4], hi[4];
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			lo[i] = (float)((int)((w >> (8 * i)) & 0xF) - 8);
+			hi[i] = (float)((int)((w >> (8 * i + 4)) & 0xF) - 8);
+		}
+#pragma unroll
+		for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
+			if (j >= m)
+				break;
+			const float *xr = X + (size_t)j * k + (size_t)ib * 32 + 4 * q;
+			const float4 xl = *(const float4 *)xr, xh = *(const float4 *)(xr + 16);
+			acc[j] = fmaf(d, dot4(xl, lo[0], lo[1], lo[2], lo[3]) + dot4(xh, hi[0], hi[1], hi[2], hi[3]),
+				      acc[j]);
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
+		if (j >= m)
+			break;
+		const float s = pgcu_warp_sum(acc[j]);
+		if (lane == 0)
+			Y[(size_t)j * ldy + r] = s;
+	}
+}
+
 void pgcu_gemv(cudaStream_t st, uint32_t type, const void *W, size_t row_bytes, int64_t n, int64_t k,
 	       const float *X, int64_t m, float *Y, int64_t ldy)
 {
 	const unsigned grid = (unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS);
+	if (type == PG_TYPE_Q8_0) {
+		gemv_q8_0<<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)W, row_bytes, n, k, X, (int)m, Y, ldy);
+		return;
+	}
+	if (type == PG_TYPE_Q4_0) {
+		gemv_q4_0<<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)W, row_bytes, n, k, X, (int)m, Y, ldy);
+		return;
+	}
 	switch (type) {
 #define X(t)                                                                                             \
 	case t:                                                                                          \
