@@ -67,9 +67,9 @@ struct cu_be {
 	float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up, *xo, *logits, *part;
 	int32_t *d_ids, *h_ids;
 
-	/* step inputs: tokens, pos, seq, out rows (t_alloc each), then the
-	 * block tables (seq_alloc rows of max_bps); the same in pinned host
-	 * memory */
+	/* step inputs: tokens, pos, seq, out rows (t_alloc each), prompt
+	 * attention tiles (2 t_alloc), then the block tables (seq_alloc rows
+	 * of max_bps); the same in pinned host memory */
 	int seq_alloc, max_bps;
 	int32_t *d_in, *h_in;
 	size_t in_count;
@@ -88,6 +88,13 @@ struct cu_be {
 static struct cu_be *cu(struct pg_backend *b)
 {
 	return (struct cu_be *)b;
+}
+
+/* The input arrays, in d_in and h_in alike. */
+enum { IN_TOK, IN_POS, IN_SEQ, IN_OUT, IN_TILE, IN_BT = IN_TILE + 2 };
+static int32_t *in_arr(const struct cu_be *b, int32_t *base, int which)
+{
+	return base + (size_t)which * b->t_alloc;
 }
 
 static void fail(char *err, size_t errlen, const char *fmt, ...)
@@ -403,7 +410,7 @@ static int alloc_inputs(struct cu_be *b, char *err, size_t errlen)
 	}
 	b->seq_alloc = b->lim.max_seqs + 1;
 	b->max_bps = (b->lim.n_ctx + b->kvl.block_size - 1) / b->kvl.block_size;
-	b->in_count = 4 * (size_t)b->t_alloc + (size_t)b->seq_alloc * b->max_bps;
+	b->in_count = IN_BT * (size_t)b->t_alloc + (size_t)b->seq_alloc * b->max_bps;
 	const size_t bytes = b->in_count * sizeof(int32_t);
 	cudaError_t e = cudaMalloc((void **)&b->d_in, bytes);
 	if (e == cudaSuccess)
@@ -538,14 +545,9 @@ struct fwd {
 	int T;      /* token rows, padding included */
 	int n_out;  /* output rows (out_idx) */
 	int split_len, n_splits;
+	int n_tiles; /* > 0: prompt attention over these tiles */
 };
 
-/* The input arrays, in d_in and h_in alike. */
-enum { IN_TOK, IN_POS, IN_SEQ, IN_OUT, IN_BT };
-static int32_t *in_arr(const struct cu_be *b, int32_t *base, int which)
-{
-	return base + (size_t)which * b->t_alloc;
-}
 
 /* Enqueues the layers for f->T tokens: x holds the last hidden state. */
 static void enqueue_layers(struct cu_be *b, const struct fwd *f)
@@ -582,7 +584,11 @@ static void enqueue_layers(struct cu_be *b, const struct fwd *f)
 		pgcu_kv_write(b->st, &kv, l, b->k, b->v, pos, seq, T);
 		const struct pgcu_attn_args aa = { hp->n_head,  hp->n_head_kv, hp->head_dim, l,
 						   1.0f / sqrtf((float)hp->head_dim), f->split_len, f->n_splits };
-		pgcu_attn(b->st, &kv, &aa, b->q, qd, pos, seq, T, b->part, b->att, qd);
+		if (f->n_tiles > 0)
+			pgcu_attn_prefill(b->st, &kv, &aa, b->q, qd, pos, seq, in_arr(b, b->d_in, IN_TILE), f->n_tiles,
+					  b->att, qd);
+		else
+			pgcu_attn(b->st, &kv, &aa, b->q, qd, pos, seq, T, b->part, b->att, qd);
 		mm(b, &L->wo, b->att, T, b->tmp);
 		pgcu_add(b->st, b->x, b->tmp, (int64_t)T * E);
 		pgcu_rmsnorm(b->st, b->xn, b->x, L->ffn_norm, T, E, hp->norm_eps);
@@ -667,6 +673,24 @@ static int stage(struct cu_be *b, const struct pg_batch *bt, int T, bool identit
 	return 0;
 }
 
+/* Runs of one sequence's consecutive tokens, PGCU_PF_Q at most, for the
+ * prompt attention kernel; returns how many. */
+static int make_tiles(struct cu_be *b, const struct pg_batch *bt)
+{
+	int32_t *tiles = in_arr(b, b->h_in, IN_TILE);
+	int n = 0;
+	for (int i = 0; i < bt->n_tokens;) {
+		int c = 1;
+		while (i + c < bt->n_tokens && c < PGCU_PF_Q && bt->seq[i + c] == bt->seq[i])
+			c++;
+		tiles[2 * n] = i;
+		tiles[2 * n + 1] = c;
+		n++;
+		i += c;
+	}
+	return n;
+}
+
 static int cu_step(struct pg_backend *pb, const struct pg_batch *bt)
 {
 	struct cu_be *b = cu(pb);
@@ -686,7 +710,7 @@ static int cu_step(struct pg_backend *pb, const struct pg_batch *bt)
 	int r = stage(b, bt, T, graph, &n_out, &max_pos);
 	if (r)
 		return r;
-	struct fwd f = { T, n_out, max_pos, 1 };
+	struct fwd f = { T, n_out, max_pos, 1, 0 };
 	int j = 0;
 	if (T <= GRAPH_MAX_T) {
 		f.split_len = 128;
@@ -695,8 +719,10 @@ static int cu_step(struct pg_backend *pb, const struct pg_batch *bt)
 			j++;
 		}
 		f.n_splits = graph ? ATT_SPLITS : (max_pos + f.split_len - 1) / f.split_len;
+	} else {
+		f.n_tiles = make_tiles(b, bt);
 	}
-	const size_t in_bytes = (4 * (size_t)b->t_alloc + (size_t)(bt->n_seqs + 1) * b->max_bps) * sizeof(int32_t);
+	const size_t in_bytes = (IN_BT * (size_t)b->t_alloc + (size_t)(bt->n_seqs + 1) * b->max_bps) * sizeof(int32_t);
 	cudaError_t e = cudaMemcpyAsync(b->d_in, b->h_in, in_bytes, cudaMemcpyHostToDevice, b->st);
 	if (e != cudaSuccess)
 		return cuda_fail(b, "step inputs to the device", e);

@@ -27,7 +27,8 @@ int pgcu_test_rope(int rope_dim, int hd, int neox, float base, float freq_scale,
 /* One sequence of n_pos positions, K and V (f32, n_pos x n_head_kv*hd)
  * written to a paged pool of blocks of bs positions (the table in reverse
  * order, layer 1 of 2) by the KV-write kernel; then each query row t
- * (n_head*hd) attends positions [0, pos[t]] in slices of split_len. */
+ * (n_head*hd) attends positions [0, pos[t]] in slices of split_len (the
+ * decode kernel), or, with split_len 0, through the prompt kernel's tiles. */
 int pgcu_test_attn(int n_head, int n_head_kv, int hd, int bs, int n_pos, const float *k, const float *v,
 		   const float *q, const int32_t *pos, int n_tokens, int split_len, float *out);
 int pgcu_test_argmax(const float *x, int rows, int n, int32_t *ids);

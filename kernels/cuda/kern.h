@@ -81,6 +81,14 @@ struct pgcu_attn_args {
 void pgcu_attn(cudaStream_t st, const struct pgcu_kv *kv, const struct pgcu_attn_args *a, const float *q,
 	       int ldq, const int32_t *pos, const int32_t *seq, int n_tokens, float *part, float *out, int ldo);
 
+/* The same attention for prompts: tiles[2i], tiles[2i+1] are the first
+ * token and the count (<= PGCU_PF_Q) of a run of one sequence's tokens,
+ * which share each K/V tile read from the pool. */
+#define PGCU_PF_Q 16
+void pgcu_attn_prefill(cudaStream_t st, const struct pgcu_kv *kv, const struct pgcu_attn_args *a, const float *q,
+		       int ldq, const int32_t *pos, const int32_t *seq, const int32_t *tiles, int n_tiles, float *out,
+		       int ldo);
+
 /* ids[r] = the first index of row r's maximum. */
 void pgcu_argmax(cudaStream_t st, const float *x, int rows, int n, int32_t *ids);
 

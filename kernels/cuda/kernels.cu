@@ -645,6 +645,103 @@ void pgcu_attn(cudaStream_t st, const struct pgcu_kv *kv, const struct pgcu_attn
 	attn_merge<<<dim3((unsigned)a->n_head, (unsigned)n_tokens), 128, 0, st>>>(*a, pos, part, out, ldo);
 }
 
+/* Prompts: a block per (head, tile of up to PGCU_PF_Q query rows of one
+ * sequence). K and V come through shared memory PF_K positions at a time,
+ * read once for all the tile's rows; warp w keeps rows w, w+4, ... each
+ * with its own online softmax and causal limit. */
+#define PF_K 32
+#define PF_RW (PGCU_PF_Q / ATT_WARPS)
+
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+	attn_prefill(struct pgcu_kv kv, struct pgcu_attn_args a, const float *q, int ldq, const int32_t *pos,
+		     const int32_t *seq, const int32_t *tiles, float *out, int ldo)
+{
+	extern __shared__ __half pf_sh[];
+	__half *ks = pf_sh, *vs = pf_sh + PF_K * a.hd;
+	const int h = blockIdx.x, t0 = tiles[2 * blockIdx.y], nt = tiles[2 * blockIdx.y + 1];
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	const int g = h / (a.n_head / a.n_head_kv);
+	const int32_t *tab = kv.bt + (size_t)seq[t0] * kv.max_bps;
+
+	float qv[PF_RW][ATT_ND], acc[PF_RW][ATT_ND], m[PF_RW], l[PF_RW];
+	int lim[PF_RW];
+	int max_p = 0;
+	for (int r = 0; r < nt; r++)
+		max_p = max(max_p, pos[t0 + r]);
+#pragma unroll
+	for (int i = 0; i < PF_RW; i++) {
+		const int r = w + ATT_WARPS * i;
+		lim[i] = r < nt ? pos[t0 + r] : -1;
+		m[i] = -INFINITY;
+		l[i] = 0.0f;
+#pragma unroll
+		for (int c = 0; c < ATT_ND; c++) {
+			const int d = lane + 32 * c;
+			qv[i][c] = r < nt && d < a.hd ? q[(size_t)(t0 + r) * ldq + (size_t)h * a.hd + d] : 0.0f;
+			acc[i][c] = 0.0f;
+		}
+	}
+	for (int kb = 0; kb <= max_p; kb += PF_K) {
+		__syncthreads();
+		for (int e = threadIdx.x; e < PF_K * a.hd; e += blockDim.x) {
+			const int pp = e / a.hd, d = e % a.hd, p = kb + pp;
+			if (p <= max_p) {
+				const size_t off = kv_row(kv, tab, a.layer, p) + (size_t)g * a.hd + d;
+				ks[e] = kv.pool[off];
+				vs[e] = kv.pool[kv.v_off + off];
+			}
+		}
+		__syncthreads();
+#pragma unroll
+		for (int i = 0; i < PF_RW; i++) {
+			const int np = min(PF_K, lim[i] - kb + 1);
+			for (int pp = 0; pp < np; pp++) {
+				float s = 0.0f;
+#pragma unroll
+				for (int c = 0; c < ATT_ND; c++) {
+					const int d = lane + 32 * c;
+					if (d < a.hd)
+						s = fmaf(qv[i][c], __half2float(ks[pp * a.hd + d]), s);
+				}
+				s = pgcu_warp_sum(s) * a.scale;
+				const float mn = fmaxf(m[i], s);
+				const float corr = expf(m[i] - mn), e = expf(s - mn);
+				l[i] = l[i] * corr + e;
+#pragma unroll
+				for (int c = 0; c < ATT_ND; c++) {
+					const int d = lane + 32 * c;
+					if (d < a.hd)
+						acc[i][c] = fmaf(acc[i][c], corr, e * __half2float(vs[pp * a.hd + d]));
+				}
+				m[i] = mn;
+			}
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < PF_RW; i++) {
+		const int r = w + ATT_WARPS * i;
+		if (r >= nt)
+			continue;
+#pragma unroll
+		for (int c = 0; c < ATT_ND; c++) {
+			const int d = lane + 32 * c;
+			if (d < a.hd)
+				out[(size_t)(t0 + r) * ldo + (size_t)h * a.hd + d] = acc[i][c] / l[i];
+		}
+	}
+}
+
+void pgcu_attn_prefill(cudaStream_t st, const struct pgcu_kv *kv, const struct pgcu_attn_args *a, const float *q,
+		       int ldq, const int32_t *pos, const int32_t *seq, const int32_t *tiles, int n_tiles, float *out,
+		       int ldo)
+{
+	if (n_tiles <= 0)
+		return;
+	const size_t sh = 2 * (size_t)PF_K * a->hd * sizeof(__half);
+	attn_prefill<<<dim3((unsigned)a->n_head, (unsigned)n_tiles), ATT_WARPS * 32, sh, st>>>(*kv, *a, q, ldq, pos,
+												seq, tiles, out, ldo);
+}
+
 /* ---- greedy ------------------------------------------------------------------------------ */
 
 __global__ void argmax_k(const float *x, int n, int32_t *ids)

@@ -135,7 +135,7 @@ EXPORT int pgcu_test_rope(int rope_dim, int hd, int neox, float base, float freq
 EXPORT int pgcu_test_attn(int n_head, int n_head_kv, int hd, int bs, int n_pos, const float *k, const float *v,
 			  const float *q, const int32_t *pos, int n_tokens, int split_len, float *out)
 {
-	if (hd > PGCU_ATTN_MAX_HD || n_head % n_head_kv || split_len <= 0 || n_pos > 65536) {
+	if (hd > PGCU_ATTN_MAX_HD || n_head % n_head_kv || split_len < 0 || n_pos > 65536 || n_tokens > 65536) {
 		snprintf(g_err, sizeof g_err, "bad attention shape");
 		return -1;
 	}
@@ -153,7 +153,14 @@ EXPORT int pgcu_test_attn(int n_head, int n_head_kv, int hd, int bs, int n_pos, 
 	for (int t = 0; t < n_tokens; t++)
 		if (pos[t] + 1 > max_pos)
 			max_pos = pos[t] + 1;
-	const int n_splits = (max_pos + split_len - 1) / split_len;
+	const int n_splits = split_len ? (max_pos + split_len - 1) / split_len : 1;
+	static int32_t tiles[2 * 65536];
+	int n_tiles = 0;
+	for (int t = 0; t < n_tokens; t += PGCU_PF_Q) {
+		tiles[2 * n_tiles] = t;
+		tiles[2 * n_tiles + 1] = n_tokens - t < PGCU_PF_Q ? n_tokens - t : PGCU_PF_Q;
+		n_tiles++;
+	}
 	struct bufs b = {};
 	const size_t block_elems = 2 * (size_t)n_layer * bs * kvd;
 	struct pgcu_kv kv = { (__half *)up(&b, NULL, sizeof(__half) * block_elems * nb),
@@ -172,10 +179,14 @@ EXPORT int pgcu_test_attn(int n_head, int n_head_kv, int hd, int bs, int n_pos, 
 	const int32_t *dpos = (const int32_t *)up(&b, pos, sizeof(int32_t) * n_tokens);
 	float *part = (float *)up(&b, NULL, sizeof(float) * n_tokens * n_head * n_splits * (hd + 2));
 	float *dout = (float *)up(&b, NULL, sizeof(float) * n_tokens * qd);
+	const int32_t *dtiles = (const int32_t *)up(&b, tiles, sizeof(int32_t) * 2 * n_tiles);
 	if (b.e == cudaSuccess) {
 		pgcu_kv_write(0, &kv, 1, dk, dv, dwpos, dseq, n_pos);
 		const struct pgcu_attn_args a = { n_head, n_head_kv, hd, 1, 1.0f / sqrtf((float)hd), split_len, n_splits };
-		pgcu_attn(0, &kv, &a, dq, qd, dpos, dseq, n_tokens, part, dout, qd);
+		if (split_len)
+			pgcu_attn(0, &kv, &a, dq, qd, dpos, dseq, n_tokens, part, dout, qd);
+		else
+			pgcu_attn_prefill(0, &kv, &a, dq, qd, dpos, dseq, dtiles, n_tiles, dout, qd);
 	}
 	return done(&b, out, dout, sizeof(float) * n_tokens * qd);
 }

@@ -247,11 +247,16 @@ static float f16r(float x)
 	return pg_f16_to_f32(pg_f32_to_f16(x));
 }
 
-static void test_attn(int n_head, int n_kv, int hd, int bs, int n_pos, int split_len)
+/* chunk 0: queries at 4 positions spread over the context; else the last
+ * chunk positions, as a prompt chunk after a cached prefix. split_len 0:
+ * the prompt kernel. */
+static void test_attn(int n_head, int n_kv, int hd, int bs, int n_pos, int split_len, int chunk)
 {
 	const int kvd = n_kv * hd, qd = n_head * hd;
-	const int32_t pos[] = { 0, n_pos / 3, n_pos / 2, n_pos - 1 };
-	const int nq = 4;
+	const int nq = chunk ? chunk : 4;
+	int32_t *pos = malloc(nq * sizeof *pos);
+	for (int i = 0; i < nq; i++)
+		pos[i] = chunk ? n_pos - chunk + i : (int32_t[]){ 0, n_pos / 3, n_pos / 2, n_pos - 1 }[i];
 	float *k = frandv(n_pos * kvd, -1, 1), *v = frandv(n_pos * kvd, -1, 1), *q = frandv(nq * qd, -1, 1);
 	float *out = malloc(nq * qd * sizeof(float));
 	double *s = malloc(n_pos * sizeof(double));
@@ -277,11 +282,11 @@ static void test_attn(int n_head, int n_kv, int hd, int bs, int n_pos, int split
 					worst = fmax(worst, fabs(o / sum - out[t * qd + h * hd + c]));
 				}
 			}
-		check(worst <= 1e-4, "attention %d/%d heads of %d, %d positions, blocks of %d, slices of %d: error %.2e "
-				     "(tolerance 1e-4)",
-		      n_head, n_kv, hd, n_pos, bs, split_len, worst);
+		check(worst <= 1e-4, "attention %d/%d heads of %d, %d positions, blocks of %d, %d queries, %s %d: error "
+				     "%.2e (tolerance 1e-4)",
+		      n_head, n_kv, hd, n_pos, bs, nq, split_len ? "slices of" : "prompt tiles,", split_len, worst);
 	}
-	free(k), free(v), free(q), free(out), free(s);
+	free(k), free(v), free(q), free(out), free(s), free(pos);
 }
 
 static void test_argmax(void)
@@ -370,11 +375,15 @@ int main(void)
 		test_rope(32, 64, neox, 10000, 1, 0);
 		test_rope(128, 128, neox, 500000, 0.25f, 1);
 	}
-	test_attn(8, 2, 64, 16, 300, 128);
-	test_attn(8, 2, 64, 16, 300, 1024);
-	test_attn(4, 4, 8, 16, 33, 128);
-	test_attn(4, 1, 128, 32, 1000, 128);
-	test_attn(2, 2, 256, 16, 70, 32);
+	test_attn(8, 2, 64, 16, 300, 128, 0);
+	test_attn(8, 2, 64, 16, 300, 1024, 0);
+	test_attn(4, 4, 8, 16, 33, 128, 0);
+	test_attn(4, 1, 128, 32, 1000, 128, 0);
+	test_attn(2, 2, 256, 16, 70, 32, 0);
+	test_attn(8, 2, 64, 16, 300, 0, 300); /* a whole prompt */
+	test_attn(8, 2, 64, 16, 300, 0, 77);  /* a chunk after a prefix */
+	test_attn(4, 4, 8, 16, 130, 0, 130);
+	test_attn(2, 1, 256, 16, 90, 0, 41);
 	test_argmax();
 	printf("test_cuda: %d passed, %d failed\n", checks - fails, fails);
 	return fails ? 1 : 0;
