@@ -23,6 +23,8 @@ files() {
 		[ -e "$BUILD/$b" ] && echo "$BUILD/$b $BINDIR/$b 0755"
 	done
 	echo "$BUILD/libpagoda.so $LIBDIR/libpagoda.so.0 0755"
+	# the CUDA backend, where nvcc built it: pagodad dlopens it by name
+	[ -e "$BUILD/libpagoda-cuda.so" ] && echo "$BUILD/libpagoda-cuda.so $LIBDIR/libpagoda-cuda.so 0755"
 	echo "$BUILD/libpagoda.a $LIBDIR/libpagoda.a 0644"
 	echo "libclient/pagoda.h $INCLUDEDIR/pagoda.h 0644"
 	echo "@pc $LIBDIR/pkgconfig/pagoda.pc 0644"

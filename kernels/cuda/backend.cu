@@ -422,17 +422,25 @@ static int alloc_inputs(struct cu_be *b, char *err, size_t errlen)
 	return 0;
 }
 
-static int cu_reserve(struct pg_backend *pb, const struct pg_step_limits *lim, char *err, size_t errlen)
+static int cu_reserve(struct pg_backend *pb, const struct pg_step_limits *want, char *err, size_t errlen)
 {
 	struct cu_be *b = cu(pb);
 	const struct pg_hparams *hp = &b->hp;
-	if (!b->loaded || lim->max_tokens <= 0 || lim->max_seqs <= 0 || lim->n_ctx <= 0) {
+	if (!b->loaded || want->max_tokens <= 0 || want->max_seqs <= 0 || want->n_ctx <= 0) {
 		fail(err, errlen, "cuda: reserve needs loaded weights and positive limits");
 		return -EINVAL;
 	}
-	if (b->reserved && lim->max_tokens <= b->lim.max_tokens && lim->max_seqs <= b->lim.max_seqs &&
-	    lim->n_ctx <= b->lim.n_ctx)
+	if (b->reserved && want->max_tokens <= b->lim.max_tokens && want->max_seqs <= b->lim.max_seqs &&
+	    want->n_ctx <= b->lim.n_ctx)
 		return 0;
+	/* a later reserve only grows the limits */
+	struct pg_step_limits grown = *want;
+	if (b->reserved) {
+		grown.max_tokens = grown.max_tokens > b->lim.max_tokens ? grown.max_tokens : b->lim.max_tokens;
+		grown.max_seqs = grown.max_seqs > b->lim.max_seqs ? grown.max_seqs : b->lim.max_seqs;
+		grown.n_ctx = grown.n_ctx > b->lim.n_ctx ? grown.n_ctx : b->lim.n_ctx;
+	}
+	const struct pg_step_limits *lim = &grown;
 	cudaSetDevice(b->dev);
 	cudaStreamSynchronize(b->st);
 	drop_graphs(b);

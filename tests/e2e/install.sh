@@ -23,6 +23,7 @@ exists $P/bin/pagodad $P/bin/pagoda $P/lib/libpagoda.so.0 $P/lib/libpagoda.so $P
 	/usr/share/dbus-1/system.d/org.pagoda.Daemon1.conf /etc/pagoda/pagodad.conf \
 	$P/share/man/man8/pagodad.8 $P/share/man/man1/pagoda.1 $P/share/man/man3/libpagoda.3
 [ -x "$D$P/bin/pagodad" ] && ok || bad "pagodad not executable"
+[ -e "$B/libpagoda-cuda.so" ] && exists $P/lib/libpagoda-cuda.so
 
 U=$D$P/lib/systemd/system/pagodad.service
 grep -q '@[A-Z]*@' "$U" && bad "placeholders left in the installed unit"

@@ -103,15 +103,15 @@ for i in $(seq 0 31); do [ -s "$W/solo$i" ] && cmp -s "$W/solo$i" "$W/conc$i" &&
 if [ $same -eq 32 ]; then ok "32 concurrent requests equal their solo runs"; else bad "$((32 - same)) of 32 differ from their solo runs"; fi
 # a client killed mid-stream: the others finish as they would alone
 for i in 0 1 2 3; do
-	"$B/pagoda" generate --socket "$W/sock" -p "$P, $i" -n 400 --temp 0 --ids > "$W/long$i" 2>/dev/null &
+	"$B/pagoda" generate --socket "$W/sock" -p "$P, $i" -n 1500 --temp 0 --ids > "$W/long$i" 2>/dev/null &
 	eval "l$i=\$!"
 done
-sleep 0.3
+sleep 0.2
 kill -KILL $l0 2>/dev/null
 for i in 1 2 3; do eval "wait \$l$i"; done
 good=0
 for i in 1 2 3; do
-	"$B/pagoda" generate --socket "$W/sock" -p "$P, $i" -n 400 --temp 0 --ids > "$W/longsolo$i" 2>/dev/null
+	"$B/pagoda" generate --socket "$W/sock" -p "$P, $i" -n 1500 --temp 0 --ids > "$W/longsolo$i" 2>/dev/null
 	[ -s "$W/long$i" ] && cmp -s "$W/long$i" "$W/longsolo$i" && good=$((good + 1))
 done
 if [ $good -eq 3 ] && kill -0 $dpid 2>/dev/null; then ok "a killed client harmed nobody"
