@@ -48,8 +48,9 @@ CUDA_LIB := $(if $(NVCC),$(if $(CUDA_SRCS),$(BUILD)/libpagoda-cuda.so))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 $(CUDA_ARCH) -I. -D_GNU_SOURCE -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter
+NVCCFLAGS += -std=c++17 $(CUDA_ARCH) -I. -D_GNU_SOURCE -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter,-Wno-unknown-pragmas
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/test_*.c))
+CUDA_HOST_CHECK := $(if $(CUDA_LIB),$(BUILD)/tests/gpu/host_check)
 
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(@D)
@@ -58,9 +59,14 @@ $(BUILD)/libpagoda-cuda.so: $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRCS)) $(
 		kernels/cuda/exports.map
 	$(NVCC) -shared $(CUDA_ARCH) -Xlinker --version-script=kernels/cuda/exports.map -o $@ $(filter %.o,$^)
 
+# The device's block readers compiled for the host: checked without a GPU.
+$(BUILD)/tests/gpu/host_check: tests/gpu/host_check.cu kernels/cuda/common.cuh $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(ENGINE_LIB) $(filter-out -pthread,$(LDLIBS)) -lpthread
+
 .PHONY: all check check-unit check-e2e check-gpu fuzz run bench install uninstall
 all: $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A) $(CLIENT_SO)) $(TOOL_BINS) $(DAEMON_BIN) $(UNIT_BINS) \
-	$(CUDA_LIB) $(GPU_TEST_BINS)
+	$(CUDA_LIB) $(CUDA_HOST_CHECK) $(GPU_TEST_BINS)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(@D)

@@ -136,11 +136,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * Q8_0: 8 lanes a block, 4 quants each; Q4_0: 4 lanes a block, 4 bytes
  * (8 quants) each. Quants are read as 16-bit words: blocks are only 2-byte
  * aligned. */
-__device__ __forceinline__ float dot4(const float4 x, float a, float b, float c, float d)
-{
-	return fmaf(a, x.x, fmaf(b, x.y, fmaf(c, x.z, d * x.w)));
-}
-
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 	gemv_q8_0(const uint8_t *W, size_t row_bytes, int64_t n, int64_t k, const float *X, int m, float *Y, int64_t ldy)
 {
@@ -155,18 +150,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 		acc[j] = 0.0f;
 	const int nb = (int)(k / 32);
 	for (int ib = lane >> 3; ib < nb; ib += 4) {
-		const block_q8_0 *b = row + ib;
-		const float d = pgcu_h2f(b->d);
-		const uint16_t *qw = (const uint16_t *)b->qs + 2 * q;
-		const uint16_t w0 = qw[0], w1 = qw[1];
-		const float q0 = (int8_t)(w0 & 0xFF), q1 = (int8_t)(w0 >> 8), q2 = (int8_t)(w1 & 0xFF),
-			    q3 = (int8_t)(w1 >> 8);
 #pragma unroll
 		for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
 			if (j >= m)
 				break;
 			const float4 x = *(const float4 *)(X + (size_t)j * k + (size_t)ib * 32 + 4 * q);
-			acc[j] = fmaf(d, dot4(x, q0, q1, q2, q3), acc[j]);
+			acc[j] += pgcu_q8_0_part(row + ib, q, x);
 		}
 	}
 #pragma unroll
@@ -193,25 +182,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 		acc[j] = 0.0f;
 	const int nb = (int)(k / 32);
 	for (int ib = lane >> 2; ib < nb; ib += 8) {
-		const block_q4_0 *b = row + ib;
-		const float d = pgcu_h2f(b->d);
-		const uint16_t *qw = (const uint16_t *)b->qs + 2 * q;
-		const uint32_t w = qw[0] | (uint32_t)qw[1] << 16;
-		/* bytes 4q..4q+3: low nibbles are elements 4q.., high ones 16+4q.. */
-		float lo[4], hi[4];
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			lo[i] = (float)((int)((w >> (8 * i)) & 0xF) - 8);
-			hi[i] = (float)((int)((w >> (8 * i + 4)) & 0xF) - 8);
-		}
 #pragma unroll
 		for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
 			if (j >= m)
 				break;
 			const float *xr = X + (size_t)j * k + (size_t)ib * 32 + 4 * q;
-			const float4 xl = *(const float4 *)xr, xh = *(const float4 *)(xr + 16);
-			acc[j] = fmaf(d, dot4(xl, lo[0], lo[1], lo[2], lo[3]) + dot4(xh, hi[0], hi[1], hi[2], hi[3]),
-				      acc[j]);
+			acc[j] += pgcu_q4_0_part(row + ib, q, *(const float4 *)xr, *(const float4 *)(xr + 16));
 		}
 	}
 #pragma unroll

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The real libpagoda-cuda.so, wherever nvcc built it: a fat binary with
-# sm_80 and sm_90 code and PTX, exporting only its entry and test points.
+# sm_80 and sm_90 code and PTX, exporting only its entry and test points;
+# its block readers, run on the host, equal the CPU's dequantization.
 # Without a device its probe says so: test_cuda skips, pagodad --backend
 # cuda exits 1 with the reason, auto logs that it picked the CPU. With a
 # device (tests/gpu/run.sh covers that case) the kernel tests pass and
@@ -22,6 +23,9 @@ done
 syms=$(nm -D --defined-only "$L" | awk '{print $3}' | grep -v -e '^pg_backend_cuda_entry$' -e '^pgcu_test_' | tr '\n' ' ')
 if [ -z "$syms" ]; then ok; else bad "$L exports more than its entry points: $syms"; fi
 if ldd "$L" | grep -q -e libcudart -e libcublas; then bad "$L needs a CUDA library beyond the driver: $(ldd "$L")"; else ok; fi
+
+# the device's block readers, compiled for the host, against the CPU's
+if "$B/tests/gpu/host_check" > "$dir/h" 2>&1; then ok; else bad "host_check: $(cat "$dir/h")"; fi
 
 PAGODA_BUILD=$B "$B/tests/gpu/test_cuda" > "$dir/t" 2>&1
 rc=$?
