@@ -23,7 +23,7 @@ AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
 
 KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
-ENGINE_SRCS := $(wildcard daemon/model/*.c daemon/kv/*.c daemon/engine/*.c daemon/util/*.c)
+ENGINE_SRCS := $(wildcard daemon/model/*.c daemon/kv/*.c daemon/engine/*.c daemon/util/*.c daemon/template/*.c daemon/chat/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c)
 DAEMON_SRCS := $(wildcard daemon/server/*.c)
 TOOLS := $(notdir $(patsubst %/,%,$(wildcard tools/*/)))
