@@ -450,7 +450,8 @@ static int fill_params(struct pg_sqe *e, const struct pagoda_params *p)
 	return 0;
 }
 
-static int submit_rec(pagoda_t *pg, uint64_t rec_id, uint32_t off, size_t len, bool ids,
+/* kind: 0 (text), PG_SUBMIT_IDS or PG_SUBMIT_CHAT. */
+static int submit_rec(pagoda_t *pg, uint64_t rec_id, uint32_t off, size_t len, uint32_t kind,
 		      const struct pagoda_params *p, uint64_t *req_id)
 {
 	struct pg_sqe e;
@@ -459,7 +460,7 @@ static int submit_rec(pagoda_t *pg, uint64_t rec_id, uint32_t off, size_t len, b
 	if (rc < 0)
 		return rc;
 	e.op = PG_OP_SUBMIT;
-	e.flags = (ids ? PG_SUBMIT_IDS : 0) | (p && (p->flags & PAGODA_CLAMP_MAX_TOKENS) ? PG_SUBMIT_CLAMP : 0);
+	e.flags = kind | (p && (p->flags & PAGODA_CLAMP_MAX_TOKENS) ? PG_SUBMIT_CLAMP : 0);
 	e.prompt_off = off;
 	e.prompt_len = (uint32_t)len;
 	if ((rc = sq_push_locked(pg, &e, (int64_t)rec_id)) < 0)
@@ -476,14 +477,14 @@ int pagoda_prompt_submit(pagoda_t *pg, struct pagoda_prompt *pr, size_t len, boo
 	if (!pg || !pr || !pr->data || len == 0 || len > pr->cap || (ids && len % 4))
 		return PAGODA_E_INVAL;
 	pthread_mutex_lock(&pg->sub_lock);
-	int rc = submit_rec(pg, pr->priv_[1], (uint32_t)pr->priv_[0], len, ids, p, req_id);
+	int rc = submit_rec(pg, pr->priv_[1], (uint32_t)pr->priv_[0], len, ids ? PG_SUBMIT_IDS : 0, p, req_id);
 	pthread_mutex_unlock(&pg->sub_lock);
 	if (rc == 0)
 		pr->data = NULL;
 	return rc;
 }
 
-static int submit_copy(pagoda_t *pg, const void *src, size_t len, bool ids, const struct pagoda_params *p,
+static int submit_copy(pagoda_t *pg, const void *src, size_t len, uint32_t kind, const struct pagoda_params *p,
 		       uint64_t *req_id)
 {
 	if (!pg || !src || len == 0)
@@ -498,7 +499,7 @@ static int submit_copy(pagoda_t *pg, const void *src, size_t len, bool ids, cons
 	int rc = alloc_locked(pg, len, &id, &off);
 	if (rc == 0) {
 		memcpy(pg->arena + off, src, len);
-		rc = submit_rec(pg, id, off, len, ids, p, req_id);
+		rc = submit_rec(pg, id, off, len, kind, p, req_id);
 		if (rc < 0) {
 			pg->rec[id % NREC].state = REC_DISCARDED;
 			arena_reclaim(pg);
@@ -511,7 +512,13 @@ static int submit_copy(pagoda_t *pg, const void *src, size_t len, bool ids, cons
 int pagoda_submit_text(pagoda_t *pg, const char *text, size_t len, const struct pagoda_params *p,
 		       uint64_t *req_id)
 {
-	return submit_copy(pg, text, len, false, p, req_id);
+	return submit_copy(pg, text, len, 0, p, req_id);
+}
+
+int pagoda_submit_chat(pagoda_t *pg, const char *json, size_t len, const struct pagoda_params *p,
+		       uint64_t *req_id)
+{
+	return submit_copy(pg, json, len, PG_SUBMIT_CHAT, p, req_id);
 }
 
 int pagoda_submit_ids(pagoda_t *pg, const int32_t *ids, size_t n, const struct pagoda_params *p,
@@ -519,7 +526,7 @@ int pagoda_submit_ids(pagoda_t *pg, const int32_t *ids, size_t n, const struct p
 {
 	if (n > SIZE_MAX / 4)
 		return PAGODA_E_TOOBIG;
-	return submit_copy(pg, ids, n * 4, true, p, req_id);
+	return submit_copy(pg, ids, n * 4, PG_SUBMIT_IDS, p, req_id);
 }
 
 static int simple_op(pagoda_t *pg, uint32_t op, uint64_t id, uint64_t *req_id)

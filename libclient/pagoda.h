@@ -108,6 +108,18 @@ int pagoda_submit_text(pagoda_t *pg, const char *text, size_t len, const struct 
 		       uint64_t *req_id);
 int pagoda_submit_ids(pagoda_t *pg, const int32_t *ids, size_t n, const struct pagoda_params *p,
 		      uint64_t *req_id);
+/* A chat request: json (len bytes, UTF-8) is an object
+ *   {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": TEXT
+ *                  or [{"type": "text", "text": TEXT}, ...], "tool_calls": [...],
+ *                  "tool_call_id": ...}, ...],
+ *    "tools": [...], "add_generation_prompt": true, other template variables}
+ * which the daemon renders with the model's chat template (bos_token and
+ * eos_token default to the model's), tokenizes with special tokens parsed,
+ * and answers like a text prompt; generation also ends at the model's
+ * end-of-turn tokens. A bad request or a template that raises ends in a
+ * PAGODA_EV_ERROR (PAGODA_E_INVALID) naming the problem. */
+int pagoda_submit_chat(pagoda_t *pg, const char *json, size_t len, const struct pagoda_params *p,
+		       uint64_t *req_id);
 
 /* Zero copy: reserve cap bytes of the shared arena, write the prompt there,
  * then submit it (or discard it). data is 4-byte aligned. A prompt buffer

@@ -69,7 +69,8 @@
 #include <stdint.h>
 
 #define PG_PROTO_MAGIC 0x41444750u /* "PGDA" little-endian */
-#define PG_PROTO_VERSION 1u
+/* 2: PG_SUBMIT_CHAT (a chat request the daemon renders with the model's template). */
+#define PG_PROTO_VERSION 2u
 
 #define PG_CACHELINE 64
 
@@ -135,6 +136,11 @@ enum pg_sqe_op {
 
 #define PG_SUBMIT_IDS 1u   /* the prompt is int32 token ids, not UTF-8 text */
 #define PG_SUBMIT_CLAMP 2u /* clamp max_tokens to the context left after the prompt */
+/* The prompt is a chat request, a UTF-8 JSON object: {"messages": [...],
+ * "tools": [...], "add_generation_prompt": true, other template variables}.
+ * The daemon renders it with the model's chat template, then tokenizes the
+ * text with special tokens parsed. Not with PG_SUBMIT_IDS. */
+#define PG_SUBMIT_CHAT 4u
 
 struct pg_sqe {
 	uint32_t op;

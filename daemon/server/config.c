@@ -24,6 +24,7 @@ struct key {
 #define F(field) offsetof(struct srv_config, field), sizeof(((struct srv_config *)0)->field)
 static const struct key keys[] = {
 	{ "model", 'm', K_STR, F(model), false, "GGUF model file (required)" },
+	{ "chat-template", 0, K_STR, F(chat_template), false, "Jinja chat template file (default: the model's own)" },
 	{ "socket", 's', K_STR, F(socket), false, "control socket path" },
 	{ "config", 'c', K_STR, F(config), false, "config file of key = value lines" },
 	{ "threads", 't', K_INT, F(threads), false, "compute threads (0: all cores)" },

@@ -13,6 +13,7 @@
 
 struct srv_config {
 	char model[4096];
+	char chat_template[4096]; /* a .jinja file instead of the model's template */
 	char socket[108];
 	char config[4096];
 	int threads, ctx, max_seqs, max_batch_tokens, prefill_chunk, block_size;

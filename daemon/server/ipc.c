@@ -1,7 +1,9 @@
 /* daemon/server/ipc.c — control socket, handshake, per-client shared memory,
  * SQ → engine request queue, engine callbacks → CQ. */
 #include "daemon/server/ipc.h"
+#include "daemon/chat/chat.h"
 #include "daemon/engine/engine.h"
+#include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/server/bus.h"
 #include "daemon/server/log.h"
@@ -86,6 +88,8 @@ struct sreq {
 struct server {
 	struct engine *eng;
 	const struct tokenizer *tok;
+	struct chat_tmpl *chat; /* NULL: the model has no usable chat template */
+	char chat_why[160];     /* then why, for the chat requests refused */
 	int n_ctx, n_vocab;
 	int lfd, epfd, sfd, wake_efd;
 	char path[108];
@@ -620,12 +624,41 @@ static void on_sock(struct server *s, struct client *c, uint32_t events)
 		client_disconnect(s, c, "sent data on the control socket after the handshake");
 }
 
+/* A chat request (JSON) rendered with the model's chat template: the text
+ * to tokenize, malloc'd, or NULL with the error sent. Its cost grows with
+ * the request, like tokenizing: it belongs with tokenization, off the main
+ * loop once tokenization moves there. */
+static char *render_chat(struct server *s, struct client *c, const struct pg_sqe *e, const char *buf,
+			 size_t len, size_t *outlen, bool *add_bos)
+{
+	char err[PG_MSG_LEN + 1], *text;
+	if (!s->chat) {
+		emit_error(c, e->req_id, PG_E_INVALID, s->chat_why);
+		return NULL;
+	}
+	if (chat_render(s->chat, buf, len, 0, &text, outlen, NULL, err, sizeof err)) {
+		emit_error(c, e->req_id, PG_E_INVALID, err);
+		return NULL;
+	}
+	/* A template that writes bos_token itself gets no second BOS. */
+	const char *bos = chat_bos(s->chat);
+	*add_bos = tok_add_bos(s->tok) && !(*bos && !strncmp(text, bos, strlen(bos)));
+	return text;
+}
+
 /* Tokenizes or checks the prompt, then queues it. Main thread. */
 static void submit(struct server *s, struct client *c, const struct pg_sqe *e, char *buf, size_t len)
 {
 	int32_t *ids = NULL, *owned = NULL;
 	int n = 0;
 	char msg[PG_MSG_LEN + 1];
+	char *rendered = NULL;
+	bool bos = tok_add_bos(s->tok);
+	if (e->flags & PG_SUBMIT_CHAT) {
+		if (!(rendered = render_chat(s, c, e, buf, len, &len, &bos)))
+			return;
+		buf = rendered;
+	}
 	if (e->flags & PG_SUBMIT_IDS) {
 		ids = (int32_t *)buf; /* the caller frees buf */
 		n = (int)(len / 4);
@@ -634,8 +667,7 @@ static void submit(struct server *s, struct client *c, const struct pg_sqe *e, c
 			return;
 		}
 	} else {
-		bool bos = tok_add_bos(s->tok);
-		int cap = (int)len + 8;
+		int cap = len < (size_t)INT32_MAX - 8 ? (int)len + 8 : INT32_MAX;
 		for (int tries = 0; tries < 2; tries++) {
 			ids = malloc(sizeof *ids * (size_t)cap);
 			if (!ids) {
@@ -649,6 +681,7 @@ static void submit(struct server *s, struct client *c, const struct pg_sqe *e, c
 			free(ids);
 			ids = NULL;
 		}
+		free(rendered);
 		if (n < 0 || !ids) {
 			free(ids);
 			emit_error(c, e->req_id, PG_E_INVALID, "the prompt cannot be tokenized");
@@ -943,6 +976,16 @@ int ipc_create(struct server **out, struct engine *e, const struct srv_config *c
 	s->n_ctx = engine_n_ctx(e);
 	s->n_vocab = tok_n_vocab(s->tok);
 	s->lfd = s->epfd = s->sfd = s->wake_efd = -1;
+	if (chat_load(engine_model(e)->gguf, s->tok, cfg->chat_template[0] ? cfg->chat_template : NULL,
+		      &s->chat, s->chat_why, sizeof s->chat_why)) {
+		s->chat = NULL;
+		if (cfg->chat_template[0]) {   /* asked for by name: a mistake to report */
+			snprintf(err, errlen, "%s", s->chat_why);
+			free(s);
+			return -1;
+		}
+		log_msg(LOG_WARNING, "chat requests refused: %s", s->chat_why);
+	}
 	pthread_mutex_init(&s->free_lock, NULL);
 	atomic_store(&s->next_gid, 1);
 	int64_t arena = cfg->arena_size;
@@ -1267,5 +1310,6 @@ void ipc_destroy(struct server *s)
 		close(s->wake_efd);
 	if (s->epfd >= 0)
 		close(s->epfd);
+	chat_free(s->chat);
 	free(s);
 }

@@ -3,6 +3,7 @@
  * model, prompt and greedy settings its stdout equals `pagoda run`'s. */
 #include "libclient/pagoda.h"
 #include "tools/pagoda/cmds.h"
+#include "tools/pagoda/jsonw.h"
 #include "tools/pagoda/opts.h"
 
 #include <stdio.h>
@@ -14,6 +15,9 @@ static int usage(FILE *f)
 	fprintf(f, "usage: pagoda generate -p PROMPT [options]\n"
 		   "  -p, --prompt TEXT    the prompt (-f FILE reads it from a file)\n"
 		   "  -n, --n-predict N    tokens to generate (default: until end of text or context)\n"
+		   "  --chat               the prompt is a user message: the daemon renders the\n"
+		   "                       model's chat template around it (and --system TEXT)\n"
+		   "  --chat-json FILE     a whole chat request, JSON ({\"messages\": [...], ...}; - is stdin)\n"
 		   "  --stop STR           stop before this text (up to 4 times)\n"
 		   "  --socket PATH        the daemon's socket (default: $PAGODA_SOCKET,\n"
 		   "                       /run/pagoda/pagoda.sock, $XDG_RUNTIME_DIR/pagoda.sock)\n"
@@ -29,9 +33,9 @@ int cmd_generate(int argc, char **argv)
 	sampling_defaults(&smp); /* the same defaults as `pagoda run` */
 	struct pagoda_params par;
 	pagoda_params_init(&par);
-	const char *prompt = NULL, *prompt_file = NULL, *sock = NULL;
+	const char *prompt = NULL, *prompt_file = NULL, *sock = NULL, *system = NULL;
 	long n_predict = -1, v;
-	bool ids = false, timings = false;
+	bool ids = false, timings = false, chat = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val;
 		int r = opt_sampling(argc, argv, &i, &smp);
@@ -49,6 +53,10 @@ int cmd_generate(int argc, char **argv)
 			timings = true;
 			continue;
 		}
+		if (!strcmp(a, "--chat")) {
+			chat = true;
+			continue;
+		}
 		if (!(val = opt_value(argc, argv, &i)))
 			return 2;
 		if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
@@ -57,6 +65,12 @@ int cmd_generate(int argc, char **argv)
 			prompt_file = val;
 		else if (!strcmp(a, "--socket"))
 			sock = val;
+		else if (!strcmp(a, "--system"))
+			system = val;
+		else if (!strcmp(a, "--chat-json")) {
+			prompt_file = strcmp(val, "-") ? val : "/dev/stdin";
+			chat = true;
+		}
 		else if ((!strcmp(a, "-n") || !strcmp(a, "--n-predict")) && opt_int(val, -1, 1 << 24, &v))
 			n_predict = v;
 		else if (!strcmp(a, "--stop")) {
@@ -91,6 +105,22 @@ int cmd_generate(int argc, char **argv)
 		free(file_text);
 		return usage(stderr);
 	}
+	struct jsonw req = { 0 };
+	if (chat && !file_text) {   /* -p TEXT: one user turn, asking for the reply */
+		jsonw_raw(&req, "{\"messages\": [");
+		if (system) {
+			jsonw_message(&req, "system", system, strlen(system));
+			jsonw_raw(&req, ", ");
+		}
+		jsonw_message(&req, "user", prompt, plen);
+		jsonw_raw(&req, "], \"add_generation_prompt\": true}");
+		if (!req.ok) {
+			fprintf(stderr, "pagoda generate: out of memory\n");
+			return 1;
+		}
+		prompt = req.s;
+		plen = req.n;
+	}
 	par.temp = smp.temp;
 	par.top_k = smp.top_k;
 	par.top_p = smp.top_p;
@@ -104,6 +134,7 @@ int cmd_generate(int argc, char **argv)
 	if (rc < 0) {
 		fprintf(stderr, "pagoda generate: %s\n", pagoda_strerror(rc));
 		free(file_text);
+		free(req.s);
 		return 1;
 	}
 	if (n_predict < 0 || n_predict == 0) {
@@ -117,19 +148,22 @@ int cmd_generate(int argc, char **argv)
 	if (n_predict == 0) {
 		pagoda_close(pg);
 		free(file_text);
+		free(req.s);
 		return 0;
 	}
 	/* The prompt goes straight into the shared arena. */
 	struct pagoda_prompt pr;
 	uint64_t id;
-	rc = pagoda_prompt_alloc(pg, plen, &pr);
-	if (rc == 0) {
+	if (chat) {
+		rc = pagoda_submit_chat(pg, prompt, plen, &par, &id);
+	} else if ((rc = pagoda_prompt_alloc(pg, plen, &pr)) == 0) {
 		memcpy(pr.data, prompt, plen);
 		rc = pagoda_prompt_submit(pg, &pr, plen, false, &par, &id);
 		if (rc < 0)
 			pagoda_prompt_discard(pg, &pr);
 	}
 	free(file_text);
+	free(req.s);
 	if (rc < 0) {
 		fprintf(stderr, "pagoda generate: %s\n", pagoda_strerror(rc));
 		pagoda_close(pg);
