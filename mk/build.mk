@@ -92,9 +92,12 @@ $(BUILD)/pagodad: $(call obj,$(DAEMON_SRCS)) $(ENGINE_LIB) $(wildcard $(CLIENT_A
 	$(CC) $(LDFLAGS) -o $@ $(call obj,$(DAEMON_SRCS)) $(ENGINE_LIB) $(LDLIBS)
 
 CLIENT_DEP := $(if $(CLIENT_SRCS),$(CLIENT_A))
+# Libraries one tool alone needs: `pagoda chat` edits lines with libedit.
+TOOL_LIBS_pagoda = $(shell pkg-config --libs libedit)
+$(BUILD)/obj/tools/pagoda/%.o: CPPFLAGS += $(shell pkg-config --cflags libedit)
 define tool_rule
 $(BUILD)/$(1): $(call obj,$(wildcard tools/$(1)/*.c)) $(ENGINE_LIB) $(CLIENT_DEP)
-	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(ENGINE_LIB) $(CLIENT_DEP) $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(ENGINE_LIB) $(CLIENT_DEP) $$(LDLIBS) $$(TOOL_LIBS_$(1))
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 

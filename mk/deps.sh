@@ -3,7 +3,8 @@
 # As root it runs apt-get; otherwise it names what to install and fails.
 set -e
 PKGS="build-essential pkg-config clang llvm liburing-dev libbpf-dev bpftool libsystemd-dev
-check systemtap-sdt-dev libpcre2-dev libxxhash-dev dbus systemd bpftrace python3 man-db"
+check systemtap-sdt-dev libpcre2-dev libxxhash-dev dbus systemd bpftrace python3 man-db
+libedit-dev tmux python3-pip python3-jinja2"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

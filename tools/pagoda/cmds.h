@@ -13,5 +13,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_ping(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const struct {
 	{ "tokenize", cmd_tokenize, "print the token ids of stdin" },
 	{ "detokenize", cmd_detokenize, "print the text of the token ids on stdin" },
 	{ "perplexity", cmd_perplexity, "perplexity of a text file (llama.cpp's method)" },
+	{ "chat", cmd_chat, "talk with the daemon's model (its chat template) in the terminal" },
 	{ "chat-template", cmd_chat_template, "render a chat request (JSON on stdin) with a chat template" },
 	{ "info", cmd_info, "print a GGUF file's metadata and tensors" },
 };
