@@ -256,6 +256,109 @@ static struct tpl_val *format(struct tpl_render *r, int line, const struct tpl_v
 	return mkstr(r, &b);
 }
 
+struct tpl_val *tpl_percent(struct tpl_render *r, int line, const struct tpl_val *fmt,
+			    struct tpl_val **args, size_t nargs)
+{
+	struct tpl_buf b = { 0 };
+	size_t k = 0;
+	const char *s = fmt->str.s, *end = s + fmt->str.n;
+	tpl_buf_put(H, &b, "", 0);
+	while (s < end) {
+		const char *pct = memchr(s, '%', end - s);
+		if (!pct) {
+			tpl_buf_put(H, &b, s, end - s);
+			break;
+		}
+		tpl_buf_put(H, &b, s, pct - s);
+		const char *p = pct + 1;
+		struct tpl_val *named = NULL;
+		if (p < end && *p == '(') {   /* %(key)s: the argument is a mapping */
+			const char *close = memchr(p, ')', end - p);
+			if (!close || nargs != 1 || args[0]->kind != V_DICT)
+				tpl_fail(H, line, "TypeError: format requires a mapping");
+			named = tpl_dict_findz(args[0], p + 1, close - p - 1);
+			if (!named)
+				tpl_fail(H, line, "KeyError: '%.*s'", (int)(close - p - 1 > 40 ? 40 : close - p - 1), p + 1);
+			p = close + 1;
+		}
+		char flags[8] = "";
+		int nf = 0, width = -1, prec = -1;
+		while (p < end && strchr("-0+ #", *p) && nf < 6)
+			flags[nf++] = *p++;
+		if (p < end && isdigit((unsigned char)*p))
+			for (width = 0; p < end && isdigit((unsigned char)*p) && width < 1000; p++)
+				width = width * 10 + (*p - '0');
+		if (p < end && *p == '.')
+			for (p++, prec = 0; p < end && isdigit((unsigned char)*p) && prec < 100; p++)
+				prec = prec * 10 + (*p - '0');
+		if (p >= end)
+			tpl_fail(H, line, "ValueError: incomplete format");
+		char conv = *p++;
+		s = p;
+		if (conv == '%') {
+			tpl_buf_put(H, &b, "%", 1);
+			continue;
+		}
+		if (!named && k >= nargs)
+			tpl_fail(H, line, "TypeError: not enough arguments for format string");
+		struct tpl_val *v = named ? named : args[k++];
+		if (named)
+			k = nargs;
+		char spec[32], out[512];
+		if (conv == 's' || conv == 'r') {
+			struct tpl_buf t = { 0 };
+			tpl_buf_put(H, &t, "", 0);
+			if (conv == 's')
+				tpl_str_of(H, &t, v);
+			else
+				tpl_repr(H, &t, v);
+			size_t n = prec >= 0 && (size_t)prec < t.n ? (size_t)prec : t.n;
+			size_t w = tpl_utf8_len(t.s, n);
+			bool left = strchr(flags, '-') != NULL;
+			for (size_t i = 0; !left && width > 0 && i + w < (size_t)width; i++)
+				tpl_buf_put(H, &b, " ", 1);
+			tpl_buf_put(H, &b, t.s, n);
+			for (size_t i = 0; left && width > 0 && i + w < (size_t)width; i++)
+				tpl_buf_put(H, &b, " ", 1);
+			continue;
+		}
+		if (!strchr("dixXoeEfFgG", conv))
+			tpl_fail(H, line, "ValueError: unsupported format character '%c'", conv);
+		if (v->kind != V_INT && v->kind != V_FLOAT && v->kind != V_BOOL)
+			tpl_fail(H, line, "TypeError: %%%c format: a real number is required, not %s", conv,
+				 tpl_type_name(v));
+		double d = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : v->b;
+		if (strchr("dixXo", conv)) {
+			long long i = v->kind == V_INT ? v->i : (long long)d;
+			/* the '*' placeholders only where a width / precision was given */
+			snprintf(spec, sizeof spec, "%%%s%s%s%s", flags, width >= 0 ? "*" : "", prec >= 0 ? ".*" : "",
+				 conv == 'x' ? "llx" : conv == 'X' ? "llX" : conv == 'o' ? "llo" : "lld");
+			if (width >= 0 && prec >= 0)
+				snprintf(out, sizeof out, spec, width, prec, i);
+			else if (width >= 0)
+				snprintf(out, sizeof out, spec, width, i);
+			else if (prec >= 0)
+				snprintf(out, sizeof out, spec, prec, i);
+			else
+				snprintf(out, sizeof out, spec, i);
+		} else {
+			snprintf(spec, sizeof spec, "%%%s%s%s%c", flags, width >= 0 ? "*" : "", prec >= 0 ? ".*" : "", conv);
+			if (width >= 0 && prec >= 0)
+				snprintf(out, sizeof out, spec, width, prec, d);
+			else if (width >= 0)
+				snprintf(out, sizeof out, spec, width, d);
+			else if (prec >= 0)
+				snprintf(out, sizeof out, spec, prec, d);
+			else
+				snprintf(out, sizeof out, spec, d);
+		}
+		tpl_buf_put(H, &b, out, strlen(out));
+	}
+	if (k < nargs)
+		tpl_fail(H, line, "TypeError: not all arguments converted during string formatting");
+	return mkstr(r, &b);
+}
+
 bool tpl_has_method(const struct tpl_val *self, const char *name)
 {
 	static const char *const str_m[] = {
@@ -312,6 +415,12 @@ struct tpl_val *tpl_method(struct tpl_render *r, int line, struct tpl_val *self,
 		}
 		if (IS("items"))
 			return pairs(r, self);
+		if (IS("cycle")) {   /* loop.cycle(a, b, ...): the loop dict's own method */
+			struct tpl_val *i0 = tpl_dict_findz(self, "index0", 6);
+			if (!a->npos || !i0 || i0->kind != V_INT)
+				tpl_fail(H, line, "TypeError: cycle needs at least one item");
+			return a->pos[i0->i % (int64_t)a->npos];
+		}
 		struct tpl_val *l = tpl_list(H);
 		for (size_t i = 0; i < self->dict.n; i++)
 			tpl_list_add(H, l, IS("keys") ? self->dict.k[i] : self->dict.v[i]);
@@ -853,9 +962,68 @@ struct tpl_val *tpl_filter(struct tpl_render *r, int line, const char *name, str
 		}
 		return best ? best : tpl_undef(H, "UndefinedError: No aggregated item, sequence was empty.");
 	}
-	if (IS("attr")) {
+	if (IS("attr")) {   /* attributes only: a dict's keys are items, not attributes */
 		const struct tpl_val *n = need_str(r, line, arg(a, 0, "name", tpl_none(H)), "attr");
+		if (v->kind == V_DICT && !v->ns && !tpl_has_method(v, n->str.s))
+			return tpl_undef(H, "UndefinedError: 'dict object' has no attribute");
 		return tpl_getattr(r, line, v, n->str.s);
+	}
+	if (IS("batch")) {
+		int64_t n = need_int(r, line, arg(a, 0, "linecount", tpl_none(H)), "batch");
+		struct tpl_val *fill = arg(a, 1, "fill_with", NULL), *items = tpl_iter_list(r, line, v);
+		struct tpl_val *out = tpl_list(H), *cur = NULL;
+		if (n <= 0)
+			tpl_fail(H, line, "ValueError: batch size must be positive");
+		for (size_t i = 0; i < items->list.n; i++) {
+			if (!cur || (int64_t)cur->list.n == n)
+				tpl_list_add(H, out, cur = tpl_list(H));
+			tpl_list_add(H, cur, items->list.v[i]);
+		}
+		while (cur && fill && fill->kind != V_NONE && (int64_t)cur->list.n < n)
+			tpl_list_add(H, cur, fill);
+		return out;
+	}
+	if (IS("center")) {
+		struct tpl_val *s = as_str(r, v);
+		int64_t w = need_int(r, line, arg(a, 0, "width", tpl_int(H, 80)), "center");
+		int64_t len = tpl_utf8_len(s->str.s, s->str.n);
+		if (w > 100000)
+			tpl_fail(H, line, "center width too large");
+		if (w <= len)
+			return s;
+		int64_t marg = w - len, left = marg / 2 + (marg & w & 1);
+		struct tpl_buf b = { 0 };
+		tpl_buf_put(H, &b, "", 0);
+		for (int64_t i = 0; i < left; i++)
+			tpl_buf_put(H, &b, " ", 1);
+		tpl_buf_put(H, &b, s->str.s, s->str.n);
+		for (int64_t i = 0; i < marg - left; i++)
+			tpl_buf_put(H, &b, " ", 1);
+		return mkstr(r, &b);
+	}
+	if (IS("truncate")) {
+		struct tpl_val *s = as_str(r, v);
+		int64_t n = need_int(r, line, arg(a, 0, "length", tpl_int(H, 255)), "truncate");
+		bool kill = tpl_truthy(arg(a, 1, "killwords", f));
+		const struct tpl_val *end = need_str(r, line, arg(a, 2, "end", tpl_str(H, "...", 3)), "truncate");
+		struct tpl_val *lw = arg(a, 3, "leeway", NULL);
+		int64_t leeway = lw && lw->kind != V_NONE ? need_int(r, line, lw, "truncate") : 5;
+		int64_t len = tpl_utf8_len(s->str.s, s->str.n), endn = tpl_utf8_len(end->str.s, end->str.n);
+		if (len <= n + leeway)
+			return s;
+		int64_t keep = n - endn < 0 ? 0 : n - endn;
+		struct tpl_val *chars = tpl_iter_list(r, line, s);
+		struct tpl_buf b = { 0 };
+		tpl_buf_put(H, &b, "", 0);
+		for (int64_t i = 0; i < keep && i < (int64_t)chars->list.n; i++)
+			tpl_buf_put(H, &b, chars->list.v[i]->str.s, chars->list.v[i]->str.n);
+		if (!kill) {   /* drop the last, cut word: .rsplit(' ', 1)[0] */
+			char *sp = memrchr(b.s, ' ', b.n);
+			if (sp)
+				b.n = sp - b.s;
+		}
+		tpl_buf_put(H, &b, end->str.s, end->str.n);
+		return mkstr(r, &b);
 	}
 	if (IS("escape") || IS("e") || IS("forceescape")) {
 		struct tpl_val *s = as_str(r, v);
@@ -867,6 +1035,10 @@ struct tpl_val *tpl_filter(struct tpl_render *r, int line, const char *name, str
 		struct tpl_val *m = mkstr(r, &b);
 		m->markup = true;
 		return m;
+	}
+	if (IS("format")) {
+		struct tpl_val *s = as_str(r, v);
+		return tpl_percent(r, line, s, a->pos, a->npos);
 	}
 	if (IS("wordcount"))
 		return tpl_int(H, split(r, line, as_str(r, v), NULL, -1)->list.n);
@@ -962,7 +1134,8 @@ bool tpl_test(struct tpl_render *r, int line, const char *name, struct tpl_val *
 		return false;
 	}
 	int c = 0;
-	if (IS("lt") || IS("<") || IS("le") || IS("<=") || IS("gt") || IS(">") || IS("ge") || IS(">="))
+	if (IS("lt") || IS("<") || IS("lessthan") || IS("le") || IS("<=") || IS("gt") || IS(">") ||
+	    IS("greaterthan") || IS("ge") || IS(">="))
 		c = tpl_compare(H, line, v, x);
 	if (IS("lt") || IS("lessthan") || IS("<"))
 		return c < 0;

@@ -236,6 +236,47 @@ static void inside(struct lx *x, char close, bool *strip, size_t *end_at)
 	}
 }
 
+/* After "{%" at i: " raw %}" or " raw -%}"? Returns the index past it, 0 if not. */
+static size_t raw_begin(const char *s, size_t n, size_t i)
+{
+	while (i < n && is_ws(s[i]))
+		i++;
+	if (n - i < 3 || memcmp(s + i, "raw", 3))
+		return 0;
+	for (i += 3; i < n && is_ws(s[i]); i++)
+		;
+	if (n - i >= 3 && !memcmp(s + i, "-%}", 3)) {
+		for (i += 3; i < n && is_ws(s[i]); i++)
+			;
+		return i;
+	}
+	return n - i >= 2 && !memcmp(s + i, "%}", 2) ? i + 2 : 0;
+}
+
+/* The first "{% endraw %}" from i: its start in *at, its sign ('-', '+' or 0)
+ * before and after in *pre, *post; returns the index past it, 0 if none. */
+static size_t raw_end(const char *s, size_t n, size_t i, size_t *at, char *pre, char *post)
+{
+	for (; i + 1 < n; i++) {
+		if (s[i] != '{' || s[i + 1] != '%')
+			continue;
+		size_t k = i + 2;
+		*pre = k < n && (s[k] == '-' || s[k] == '+') ? s[k++] : 0;
+		while (k < n && is_ws(s[k]))
+			k++;
+		if (n - k < 6 || memcmp(s + k, "endraw", 6))
+			continue;
+		for (k += 6; k < n && is_ws(s[k]); k++)
+			;
+		*post = k < n && (s[k] == '-' || s[k] == '+') ? s[k++] : 0;
+		if (n - k >= 2 && !memcmp(s + k, "%}", 2)) {
+			*at = i;
+			return k + 2;
+		}
+	}
+	return 0;
+}
+
 struct tpl_token *tpl_lex(struct tpl_heap *h, const char *src, size_t len, size_t *ntok)
 {
 	/* Newlines normalised to \n and one trailing newline dropped, as Jinja. */
@@ -293,9 +334,46 @@ struct tpl_token *tpl_lex(struct tpl_heap *h, const char *src, size_t len, size_
 		if (!tag)
 			break;
 		int tag_line = x.line;
-		size_t end_at;
+		size_t end_at, body;
 		bool strip = false;
 		advance(&x, j + 2 + (mod == '-' || mod == '+'));
+		if (kind == '%' && (body = raw_begin(s, x.n, x.i))) {
+			/* {% raw %}: the text up to {% endraw %} is data, as written */
+			size_t at, after;
+			char pre, post;
+			if (!(after = raw_end(s, x.n, body, &at, &pre, &post)))
+				tpl_fail(h, tag_line, "missing 'endraw' for the raw block opened here");
+			size_t clen = at - body;
+			if (pre == '-') {
+				while (clen && is_ws(s[body + clen - 1]))
+					clen--;
+			} else if (pre != '+') {
+				size_t lpos = clen;
+				while (lpos && s[body + lpos - 1] != '\n')
+					lpos--;
+				bool blank = true;
+				for (size_t k = lpos; k < clen; k++)
+					blank &= is_ws(s[body + k]);
+				if (blank && (lpos > 0 || (body > 0 && s[body - 1] == '\n')))
+					clen = lpos;
+			}
+			advance(&x, body);
+			if (clen) {
+				struct tpl_token *t = push(&x, T_TEXT, x.line);
+				t->s = s + body;
+				t->n = clen;
+			}
+			advance(&x, after);
+			size_t k = after;
+			if (post == '-')
+				while (k < x.n && is_ws(s[k]))
+					k++;
+			else if (post != '+' && k < x.n && s[k] == '\n')
+				k++;
+			line_starting = k > after && s[k - 1] == '\n';
+			advance(&x, k);
+			continue;
+		}
 		if (kind == '#') {
 			const char *e = NULL;
 			for (size_t k = x.i; k + 1 < x.n; k++)

@@ -715,6 +715,54 @@ static struct tpl_node *stmt(struct ps *p, const char *const *ends, const char *
 		block_end(p);
 		return n;
 	}
+	if (TAG("with")) {   /* {% with a = x, b = y %}: a scope of its own */
+		static const char *const e[] = { "endwith", NULL };
+		size_t cap = 0;
+		n = node(p, N_WITH);
+		n->line = line;
+		while (cur(p)->type != T_BLOCK_END) {
+			if (n->nnames)
+				expect_op(p, ',', "','");
+			const char *name = name_tok(p);
+			expect_op(p, '=', "'='");
+			add_name(p, n, name, expr(p), &cap);
+		}
+		block_end(p);
+		n->b = body(p, e, &inner);
+		block_end(p);
+		return n;
+	}
+	if (TAG("call")) {   /* {% call [(params)] m(args) %}body{% endcall %}: body is caller() */
+		static const char *const e[] = { "endcall", NULL };
+		size_t cap = 0;
+		n = node(p, N_CALLBLOCK);
+		n->line = line;
+		struct tpl_node *caller = node(p, N_MACRO);
+		caller->name = "caller";
+		if (is_op(p, '(')) {
+			p->i++;
+			while (!is_op(p, ')')) {
+				if (caller->nnames)
+					expect_op(p, ',', "','");
+				const char *a = name_tok(p);
+				struct tpl_node *def = NULL;
+				if (is_op(p, '=')) {
+					p->i++;
+					def = expr(p);
+				}
+				add_name(p, caller, a, def, &cap);
+			}
+			p->i++;
+		}
+		n->a = expr(p);
+		if (n->a->type != N_CALL)
+			tpl_fail(p->h, line, "expected a call after 'call'");
+		block_end(p);
+		caller->b = body(p, e, &inner);
+		block_end(p);
+		n->c = caller;
+		return n;
+	}
 	if (TAG("generation")) {
 		static const char *const e[] = { "endgeneration", NULL };
 		block_end(p);

@@ -405,6 +405,11 @@ static struct tpl_val *arith(struct tpl_render *r, int line, int op, struct tpl_
 			return repeat(r, line, b, x);
 		bad_operands(r, line, ops, a, b);
 	}
+	if (op == '%' && a->kind == V_STR) {
+		if (b->kind == V_LIST && b->tuple)
+			return tpl_percent(r, line, a, b->list.v, b->list.n);
+		return tpl_percent(r, line, a, &b, 1);
+	}
 	if (!is_num(a) || !is_num(b))
 		bad_operands(r, line, ops, a, b);
 	double p = fnum(a), q = fnum(b);
@@ -659,6 +664,10 @@ struct tpl_val *tpl_call_macro(struct tpl_render *r, int line, struct tpl_val *m
 		size_t i;
 		for (i = 0; i < n->nnames && strcmp(n->names[i], a->kwn[k]); i++)
 			;
+		if (i == n->nnames && !strcmp(a->kwn[k], "caller")) {
+			scope_set(r, s, "caller", a->kwv[k]);   /* from {% call %} */
+			continue;
+		}
 		if (i == n->nnames)
 			tpl_fail(r->h, line, "TypeError: macro '%s' takes no keyword argument '%s'", n->name,
 				 a->kwn[k]);
@@ -718,6 +727,10 @@ static enum flow exec_for(struct tpl_render *r, struct tpl_scope *s, const struc
 			tpl_dict_set(h, loop, "previtem", items->list.v[i - 1]);
 		if (i + 1 < len)
 			tpl_dict_set(h, loop, "nextitem", items->list.v[i + 1]);
+		struct tpl_val *cycle = tpl_new(h, V_METHOD);
+		cycle->method.self = loop;
+		cycle->method.name = "cycle";
+		tpl_dict_set(h, loop, "cycle", cycle);
 		scope_set(r, it, "loop", loop);
 		unpack(r, n->line, it, n->names, n->nnames, items->list.v[i]);
 		if (exec(r, it, n->b) == F_BREAK)
@@ -774,6 +787,34 @@ static enum flow exec(struct tpl_render *r, struct tpl_scope *s, const struct tp
 			scope_set(r, s, n->names[0], v);
 		else
 			tpl_str_of(h, r->out, v);
+		break;
+	}
+	case N_WITH: {
+		struct tpl_scope *w = scope_new(r, s);
+		struct tpl_val **vals = tpl_alloc(h, (n->nnames + 1) * sizeof *vals);
+		for (size_t i = 0; i < n->nnames; i++)   /* evaluated outside, then bound */
+			vals[i] = eval(r, s, n->defs[i]);
+		for (size_t i = 0; i < n->nnames; i++)
+			scope_set(r, w, n->names[i], vals[i]);
+		f = exec(r, w, n->b);
+		break;
+	}
+	case N_CALLBLOCK: {
+		struct tpl_args args;
+		struct tpl_val *fn = eval(r, s, n->a->a), *caller = tpl_new(h, V_MACRO);
+		caller->macro.node = n->c;
+		caller->macro.scope = s;
+		eval_args(r, s, n->a, &args);
+		const char **kwn = tpl_alloc(h, (args.nkw + 1) * sizeof *kwn);
+		struct tpl_val **kwv = tpl_alloc(h, (args.nkw + 1) * sizeof *kwv);
+		memcpy(kwn, args.kwn, args.nkw * sizeof *kwn);
+		memcpy(kwv, args.kwv, args.nkw * sizeof *kwv);
+		kwn[args.nkw] = "caller";
+		kwv[args.nkw] = caller;
+		args.kwn = kwn;
+		args.kwv = kwv;
+		args.nkw++;
+		tpl_str_of(h, r->out, tpl_call_value(r, n->line, fn, &args));
 		break;
 	}
 	case N_MACRO: {

@@ -81,7 +81,7 @@ size_t tpl_utf8_len(const char *s, size_t n);
 enum tpl_ntype {
 	/* statements */
 	N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_FILTERBLOCK,
-	N_BODY, N_BREAK, N_CONTINUE,
+	N_BODY, N_BREAK, N_CONTINUE, N_WITH, N_CALLBLOCK,
 	/* expressions */
 	N_LIT, N_NAME, N_LIST, N_TUPLE, N_DICT, N_ATTR, N_ITEM, N_SLICE, N_CALL,
 	N_FILTER, N_TEST, N_NEG, N_POS, N_NOT, N_BIN, N_AND, N_OR, N_COND,
@@ -150,6 +150,9 @@ bool tpl_is_global(const char *name);
 struct tpl_heap *tpl_render_heap(struct tpl_render *r);
 time_t tpl_render_now(struct tpl_render *r);
 void tpl_tick(struct tpl_render *r, int line);   /* one loop iteration / call */
+/* Python's printf-style fmt % args (args: a tuple's items, or one value). */
+struct tpl_val *tpl_percent(struct tpl_render *r, int line, const struct tpl_val *fmt,
+			    struct tpl_val **args, size_t nargs);
 /* HTML-escape s into b, as markupsafe.escape. */
 void tpl_escape(struct tpl_heap *h, struct tpl_buf *b, const char *s, size_t n);
 /* Iterate v as Python's iter(): a list of items (dict: keys; str: characters). */
