@@ -9,6 +9,8 @@
 #  - pagodad answers the chat request, greedy, 64 tokens at most, with
 #    llama.cpp's reply byte for byte, ending at end of turn exactly when
 #    llama.cpp's did, and the reply's ids equal in-process `pagoda run`'s.
+# And perplexity on golden/story.txt (windows of 128) within 0.1% of
+# llama-perplexity's 9.1518 (the same llama.cpp build, same flags).
 . "$(dirname "$0")/lib.sh"
 for b in pagodad pagoda; do [ -x "$B/$b" ] || { echo "SKIP: $B/$b not built" >&2; exit 77; }; done
 if ! M=$(sh tools/fetch-smollm2.sh); then
@@ -69,4 +71,12 @@ done <"$G"
 head -1 "$G" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if "cat" in d["reply"].lower() and d["eos"] else 1)' &&
 	ok || bad "the golden's first reply is not about cats or did not end its turn"
 stop_bg $DP TERM 60 && ok || bad "pagodad exit status after SIGTERM"
+if [ -n "$T" ] && [ -e "$T/golden/story.txt" ]; then
+	got=$("$B/pagoda" perplexity -m "$M" -f "$T/golden/story.txt" -c 128 -t 2 2>/dev/null | sed -n 's/^PPL = //p')
+	if [ -n "$got" ] && awk -v g="$got" -v w=9.1518 'BEGIN { d = (g - w) / w; if (d < 0) d = -d; exit !(d <= 0.001) }'; then
+		ok
+	else
+		bad "perplexity '$got', llama.cpp 9.1518 (more than 0.1% apart)"
+	fi
+fi
 finish
