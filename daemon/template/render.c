@@ -807,8 +807,10 @@ static enum flow exec(struct tpl_render *r, struct tpl_scope *s, const struct tp
 		eval_args(r, s, n->a, &args);
 		const char **kwn = tpl_alloc(h, (args.nkw + 1) * sizeof *kwn);
 		struct tpl_val **kwv = tpl_alloc(h, (args.nkw + 1) * sizeof *kwv);
-		memcpy(kwn, args.kwn, args.nkw * sizeof *kwn);
-		memcpy(kwv, args.kwv, args.nkw * sizeof *kwv);
+		if (args.nkw) {
+			memcpy(kwn, args.kwn, args.nkw * sizeof *kwn);
+			memcpy(kwv, args.kwv, args.nkw * sizeof *kwv);
+		}
 		kwn[args.nkw] = "caller";
 		kwv[args.nkw] = caller;
 		args.kwn = kwn;
