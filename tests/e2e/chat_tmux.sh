@@ -35,14 +35,14 @@ wait_pane() {
 prompts() { grep -c "prompt tokens" "$D/log"; }
 # the n-th request's prompt token count, from the daemon's debug log
 prompt_n() { grep "prompt tokens" "$D/log" | sed -n "${1}p" | sed 's/.*: \([0-9]*\) prompt tokens.*/\1/'; }
-$TM new-session -d -s chat -x 200 -y 50 "$B/pagoda chat --socket $S --temp 0 -n 48; echo CHAT-EXITED-\$?; sleep 30"
+$TM new-session -d -s chat -x 200 -y 50 "$B/pagoda chat --socket $S --temp 0 -n 400; echo CHAT-EXITED-\$?; sleep 30"
 wait_pane '^> ' 20 && ok || bad "no prompt: $(pane)"
 $TM send-keys -t chat 'Write one sentence about cats.' Enter
 wait_pane 'cat is a majestic' 120 && ok || bad "turn 1 reply: $(pane)"
-wait_pane '^> $' 120 || true
+wait_pane '^> $' 240 || bad "the reply did not end with a prompt: $(pane)"
 $TM send-keys -t chat 'And about dogs?' Enter
 i=0; while [ "$(prompts)" -lt 2 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-wait_pane '^> $' 120 || true
+wait_pane '^> $' 240 || bad "the reply did not end with a prompt: $(pane)"
 p1=$(prompt_n 1); p2=$(prompt_n 2)
 [ -n "$p1" ] && [ -n "$p2" ] && [ "$p2" -gt $((p1 + 20)) ] && ok || bad "turn 2 does not carry turn 1 (prompts $p1, $p2 tokens)"
 $TM send-keys -t chat '/reset' Enter
@@ -51,16 +51,23 @@ $TM send-keys -t chat 'Write one sentence about cats.' Enter
 i=0; while [ "$(prompts)" -lt 3 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 p3=$(prompt_n 3)
 [ "$p3" = "$p1" ] && ok || bad "after /reset the prompt has $p3 tokens, not $p1"
-wait_pane '^> $' 120 || true
+wait_pane '^> $' 240 || bad "the reply did not end with a prompt: $(pane)"
 # a long reply, stopped by Ctrl-C once it streams
 $TM send-keys -t chat 'Tell me a very long story about a dragon.' Enter
-i=0; while [ "$(prompts)" -lt 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-sleep 2
+# Ctrl-C as soon as the reply streams (it would run to 400 tokens)
+i=0
+until pane | awk '/^> Tell me a very long story/ { f = 1; next } f && NF { s = 1 } END { exit !s }'; do
+	i=$((i + 1)); [ $i -gt 2400 ] && break
+	sleep 0.1
+done
 $TM send-keys -t chat C-c
 wait_pane '\[stopped\]' 30 && ok || bad "Ctrl-C did not stop the reply: $(pane)"
 pane | grep -q CHAT-EXITED && bad "Ctrl-C ended the session: $(pane)" || ok
 $TM send-keys -t chat 'Hello! Who are you?' Enter
-wait_pane "I'm here to help" 120 && ok || bad "no turn after Ctrl-C: $(pane)"
+i=0; while [ "$(prompts)" -lt 5 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+[ "$(prompts)" -ge 5 ] && ok || bad "no request after Ctrl-C: $(pane)"
+# the reply (whatever the stopped turn made of it) ends with a fresh prompt
+wait_pane '^> $' 240 && ok || bad "no turn after Ctrl-C: $(pane)"
 $TM send-keys -t chat '/quit' Enter
 wait_pane 'CHAT-EXITED-0' 10 && ok || bad "/quit: $(pane)"
 stop_bg $DP TERM 60 && ok || bad "pagodad exit status after SIGTERM"
