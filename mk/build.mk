@@ -26,12 +26,14 @@ KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
 ENGINE_SRCS := $(wildcard daemon/model/*.c daemon/kv/*.c daemon/engine/*.c daemon/util/*.c daemon/template/*.c daemon/chat/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c)
 DAEMON_SRCS := $(wildcard daemon/server/*.c)
+SERVER_SRCS := $(filter-out daemon/server/main.c,$(DAEMON_SRCS))
 TOOLS := $(notdir $(patsubst %/,%,$(wildcard tools/*/)))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 ENGINE_LIB := $(BUILD)/libpagoda-engine.a
+SERVER_LIB := $(if $(SERVER_SRCS),$(BUILD)/libpagoda-server.a)
 CLIENT_A := $(BUILD)/libpagoda.a
 CLIENT_SO := $(BUILD)/libpagoda.so
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
@@ -88,8 +90,13 @@ $(CLIENT_A): $(call obj,$(CLIENT_SRCS))
 $(CLIENT_SO): $(call obj,$(CLIENT_SRCS))
 	$(CC) -shared -Wl,-soname,libpagoda.so.0 $(LDFLAGS) -o $@ $^ -pthread
 
-$(BUILD)/pagodad: $(call obj,$(DAEMON_SRCS)) $(ENGINE_LIB) $(wildcard $(CLIENT_A))
-	$(CC) $(LDFLAGS) -o $@ $(call obj,$(DAEMON_SRCS)) $(ENGINE_LIB) $(LDLIBS)
+# The daemon less its main: pagodad and the tests link it.
+$(SERVER_LIB): $(call obj,$(SERVER_SRCS))
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/pagodad: $(call obj,daemon/server/main.c) $(SERVER_LIB) $(ENGINE_LIB) $(wildcard $(CLIENT_A))
+	$(CC) $(LDFLAGS) -o $@ $(call obj,daemon/server/main.c) $(SERVER_LIB) $(ENGINE_LIB) $(LDLIBS)
 
 CLIENT_DEP := $(if $(CLIENT_SRCS),$(CLIENT_A))
 # Libraries one tool alone needs: `pagoda chat` edits lines with libedit.
@@ -101,9 +108,9 @@ $(BUILD)/$(1): $(call obj,$(wildcard tools/$(1)/*.c)) $(ENGINE_LIB) $(CLIENT_DEP
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
 
 # The GPU tests build everywhere (they dlopen the CUDA library) and skip
 # without a device; tests/gpu/run.sh runs them where one is.

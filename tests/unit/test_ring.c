@@ -3,12 +3,12 @@
  * - SPSC correctness: a producer and a consumer thread pass millions of
  *   entries through small rings (many wrap-arounds of the free-running
  *   counters, also across the 2^32 wrap), every entry exactly once, in order.
- * - The daemon's validation (daemon/server/proto.c, compiled in): the SQ tail
+ * - The daemon's validation (daemon/server/proto.c, linked from libpagoda-server.a): the SQ tail
  *   moving backwards or past capacity, the CQ head moving backwards or past
  *   the tail, SQEs naming bytes outside the arena, bad opcodes, flags, stop
  *   strings and sampling parameters.
  */
-#include "daemon/server/proto.c"
+#include "daemon/server/proto.h"
 
 #include <check.h>
 #include <pthread.h>

@@ -1,0 +1,130 @@
+/* daemon/server/cq.c — completions into a client's CQ; what does not fit
+ * waits in the client's overflow queue until the client frees space. */
+#include "daemon/server/server_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cq_mark_broken(struct client *c, const char *why)
+{
+	if (atomic_load(&c->broken))
+		return;
+	c->why = why;
+	atomic_store(&c->broken, true);
+	srv_wake(c->s);
+}
+
+void cq_flush(struct client *c)
+{
+	const char *why;
+	bool wrote = false;
+	for (;;) {
+		int space = proto_cq_space(&c->pc, &why);
+		if (space < 0) {
+			cq_mark_broken(c, why);
+			return;
+		}
+		while (space > 0 && c->ovf_head) {
+			struct ovf *o = c->ovf_head;
+			proto_cq_write(&c->pc, &o->cqe, o->text, o->len);
+			c->ovf_head = o->next;
+			if (!c->ovf_head)
+				c->ovf_tail = NULL;
+			c->n_ovf--;
+			free(o);
+			space--;
+			wrote = true;
+		}
+		if (!c->ovf_head) {
+			atomic_store(&c->pc.cqc->flags, 0);
+			break;
+		}
+		/* Tell the client to wake us, then look again in case it already
+		 * freed space (its release store and our flag store race). */
+		atomic_store_explicit(&c->pc.cqc->flags, PG_CQ_OVERFLOW, memory_order_seq_cst);
+		if (proto_cq_space(&c->pc, &why) == 0)
+			break;
+	}
+	if (wrote)
+		proto_cq_publish(&c->pc);
+}
+
+static void push_one(struct client *c, const struct pg_cqe *e, const char *text, size_t len)
+{
+	const char *why;
+	if (c->ovf_head)
+		cq_flush(c);
+	if (!c->ovf_head) {
+		int space = proto_cq_space(&c->pc, &why);
+		if (space < 0) {
+			cq_mark_broken(c, why);
+			return;
+		}
+		if (space > 0) {
+			proto_cq_write(&c->pc, e, text, len);
+			return;
+		}
+	}
+	if (c->n_ovf >= MAX_OVERFLOW) {
+		cq_mark_broken(c, "does not read its completions");
+		return;
+	}
+	struct ovf *o = malloc(sizeof *o + len);
+	if (!o) {
+		cq_mark_broken(c, "out of memory queueing completions");
+		return;
+	}
+	o->next = NULL;
+	o->cqe = *e;
+	o->len = len;
+	if (len)
+		memcpy(o->text, text, len);
+	if (c->ovf_tail)
+		c->ovf_tail->next = o;
+	else
+		c->ovf_head = o;
+	c->ovf_tail = o;
+	c->n_ovf++;
+	atomic_store_explicit(&c->pc.cqc->flags, PG_CQ_OVERFLOW, memory_order_seq_cst);
+}
+
+/* Emits one event (splitting long token text) and publishes. Locked. */
+void cq_emit(struct client *c, struct pg_cqe *e, const char *text, size_t len)
+{
+	if (c->dead || atomic_load(&c->broken))
+		return;
+	if (e->type == PG_CQE_TOKEN) {
+		size_t slot = c->pc.lay.cq_text_slot;
+		for (;;) {
+			size_t n = len > slot ? slot : len;
+			e->flags = len > slot ? PG_CQE_F_MORE : 0;
+			push_one(c, e, text, n);
+			text += n;
+			len -= n;
+			if (!len)
+				break;
+			e->u.tok.token = -1;
+		}
+	} else {
+		push_one(c, e, NULL, 0);
+	}
+	proto_cq_publish(&c->pc);
+}
+
+void cq_error(struct client *c, uint64_t creq, uint32_t code, const char *msg)
+{
+	struct pg_cqe e;
+	memset(&e, 0, sizeof e);
+	e.req_id = creq;
+	e.type = PG_CQE_ERROR;
+	e.u.error.code = code;
+	size_t l = strlen(msg);
+	if (l > PG_MSG_LEN)
+		l = PG_MSG_LEN;
+	memcpy(e.u.error.msg, msg, l);
+	e.u.error.len = (uint32_t)l;
+	pthread_mutex_lock(&c->lock);
+	cq_emit(c, &e, NULL, 0);
+	pthread_mutex_unlock(&c->lock);
+}
+
