@@ -1,5 +1,6 @@
 /* libclient/pagoda.c — libpagoda: connect, submit, stream, cancel, close. */
 #include "libclient/pagoda.h"
+#include "libclient/arena.h"
 #include "shm/pagoda_shm.h"
 
 #include <errno.h>
@@ -24,14 +25,6 @@
 #define SPIN_WORTH_NS 30000
 #define SLEEP_SLICE_MS 200
 #define FULL_WAIT_MS 1000
-#define NREC 1024 /* live arena allocations */
-
-enum { REC_ALLOC = 1, REC_SUBMITTED, REC_DISCARDED };
-struct arena_rec {
-	uint64_t vstart, vend;
-	uint32_t sq_pos; /* SQ position of the SQE naming it */
-	int state;
-};
 
 struct pagoda {
 	int sock, efd;
@@ -47,9 +40,7 @@ struct pagoda {
 	pthread_mutex_t sub_lock; /* SQ producer side and the arena allocator */
 	uint32_t sq_tail;
 	uint64_t next_id;
-	uint64_t a_head, a_tail; /* virtual arena positions */
-	uint64_t rec_head, rec_tail;
-	struct arena_rec rec[NREC];
+	struct pg_arena ar;
 
 	pthread_mutex_t con_lock; /* CQ consumer */
 	uint32_t cq_head;
@@ -200,6 +191,13 @@ int pagoda_connect(const char *socket_path, pagoda_t **out)
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
 			     .msg_controllen = sizeof cbuf.buf };
 	ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+	/* A refused peer gets its refusal at accept, and the daemon closes at
+	 * once: when our hello was still unread then, the close is reported
+	 * first (ECONNRESET, once), with the refusal queued behind it. */
+	if (n < 0 && errno == ECONNRESET) {
+		mh.msg_controllen = sizeof cbuf.buf;
+		n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	}
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
 			size_t nf = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -261,6 +259,7 @@ int pagoda_connect(const char *socket_path, pagoda_t **out)
 	pg->sq_tail = atomic_load(&pg->sqc->tail);
 	pg->cq_head = atomic_load(&pg->cqc->head);
 	pg->next_id = 1;
+	pg_arena_init(&pg->ar, pg->lay.arena_size);
 	pthread_mutex_init(&pg->sub_lock, NULL);
 	pthread_mutex_init(&pg->con_lock, NULL);
 	*out = pg;
@@ -293,43 +292,7 @@ int pagoda_inflight(const pagoda_t *pg) { return atomic_load(&((pagoda_t *)pg)->
 /* Frees arena records whose SQE the daemon has consumed (called locked). */
 static void arena_reclaim(pagoda_t *pg)
 {
-	uint32_t head = atomic_load_explicit(&pg->sqc->head, memory_order_acquire);
-	while (pg->rec_tail != pg->rec_head) {
-		struct arena_rec *r = &pg->rec[pg->rec_tail % NREC];
-		if (r->state == REC_ALLOC)
-			break;
-		if (r->state == REC_SUBMITTED && (int32_t)(head - r->sq_pos) <= 0)
-			break;
-		pg->a_tail = r->vend;
-		pg->rec_tail++;
-	}
-	if (pg->rec_tail == pg->rec_head)
-		pg->a_tail = pg->a_head;
-}
-
-static int arena_alloc(pagoda_t *pg, size_t n, uint64_t *rec_id, uint32_t *off)
-{
-	uint64_t A = pg->lay.arena_size;
-	n = (n + 7) & ~(size_t)7;
-	if (n == 0)
-		n = 8;
-	if (n > A)
-		return PAGODA_E_TOOBIG;
-	if (pg->rec_head - pg->rec_tail >= NREC)
-		return PAGODA_E_AGAIN;
-	uint64_t start = pg->a_head;
-	if (start % A + n > A)
-		start += A - start % A; /* wrap: the rest of the arena is skipped */
-	if (start + n - pg->a_tail > A)
-		return PAGODA_E_AGAIN;
-	struct arena_rec *r = &pg->rec[pg->rec_head % NREC];
-	r->vstart = start;
-	r->vend = start + n;
-	r->state = REC_ALLOC;
-	*rec_id = pg->rec_head++;
-	pg->a_head = start + n;
-	*off = (uint32_t)(start % A);
-	return 0;
+	pg_arena_reclaim(&pg->ar, atomic_load_explicit(&pg->sqc->head, memory_order_acquire));
 }
 
 /* Waits (unlocked) a little for the daemon to consume SQEs. */
@@ -351,7 +314,7 @@ static int alloc_locked(pagoda_t *pg, size_t n, uint64_t *rec_id, uint32_t *off)
 	uint64_t deadline = now_ms() + FULL_WAIT_MS;
 	for (;;) {
 		arena_reclaim(pg);
-		int rc = arena_alloc(pg, n, rec_id, off);
+		int rc = pg_arena_alloc(&pg->ar, n, rec_id, off);
 		if (rc != PAGODA_E_AGAIN)
 			return rc;
 		if ((rc = wait_room(pg, deadline)) < 0)
@@ -382,9 +345,7 @@ void pagoda_prompt_discard(pagoda_t *pg, struct pagoda_prompt *pr)
 	if (!pg || !pr || !pr->data)
 		return;
 	pthread_mutex_lock(&pg->sub_lock);
-	struct arena_rec *r = &pg->rec[pr->priv_[1] % NREC];
-	if (r->state == REC_ALLOC)
-		r->state = REC_DISCARDED;
+	pg_arena_discard(&pg->ar, pr->priv_[1]);
 	arena_reclaim(pg);
 	pthread_mutex_unlock(&pg->sub_lock);
 	pr->data = NULL;
@@ -411,11 +372,8 @@ static int sq_push_locked(pagoda_t *pg, struct pg_sqe *e, int64_t rec_id)
 	if (e->req_id == 0)
 		e->req_id = pg->next_id++;
 	memcpy(&pg->sq[pg->sq_tail & (pg->lay.sq_entries - 1)], e, sizeof *e);
-	if (rec_id >= 0) {
-		struct arena_rec *r = &pg->rec[(uint64_t)rec_id % NREC];
-		r->state = REC_SUBMITTED;
-		r->sq_pos = pg->sq_tail;
-	}
+	if (rec_id >= 0)
+		pg_arena_submitted(&pg->ar, (uint64_t)rec_id, pg->sq_tail);
 	pg->sq_tail++;
 	pg_ring_publish(pg->sqc, pg->sq_tail);
 	wake_daemon(pg);
@@ -501,7 +459,7 @@ static int submit_copy(pagoda_t *pg, const void *src, size_t len, uint32_t kind,
 		memcpy(pg->arena + off, src, len);
 		rc = submit_rec(pg, id, off, len, kind, p, req_id);
 		if (rc < 0) {
-			pg->rec[id % NREC].state = REC_DISCARDED;
+			pg_arena_discard(&pg->ar, id);
 			arena_reclaim(pg);
 		}
 	}

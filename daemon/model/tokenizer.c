@@ -861,6 +861,20 @@ const char *tok_model_name(const struct tokenizer *t) { return t->model_name; }
 const char *tok_pre_name(const struct tokenizer *t) { return t->pre_name; }
 int tok_max_piece(const struct tokenizer *t) { return t->max_piece; }
 
+size_t tok_min_tokens(const struct tokenizer *t, const char *text, size_t len)
+{
+	size_t n = len;
+	for (int i = 0; i < t->n_special; i++)
+		if (t->tok[t->special[i]].attr & (TOKA_LSTRIP | TOKA_RSTRIP)) {
+			n = 0;
+			for (size_t k = 0; k < len; k++)
+				n += !isspace((unsigned char)text[k]);
+			break;
+		}
+	size_t mp = t->max_piece > 0 ? (size_t)t->max_piece : 1;
+	return (n + mp - 1) / mp;
+}
+
 bool tok_is_eog(const struct tokenizer *t, int32_t id)
 {
 	return id >= 0 && id < t->n_vocab && t->eog[id];

@@ -68,6 +68,11 @@ int tok_piece(const struct tokenizer *t, int32_t id, bool special, char *buf, in
 
 /* The longest piece of any token, in bytes. */
 int tok_max_piece(const struct tokenizer *t);
+/* A lower bound on the ids tok_encode gives for this text, specials added
+ * not counted: no token stands for more than tok_max_piece bytes of the
+ * text, except whitespace that a special token with lstrip/rstrip swallows
+ * (counted out for vocabularies that have one). O(len) at most. */
+size_t tok_min_tokens(const struct tokenizer *t, const char *text, size_t len);
 
 /* Full detokenization: the exact inverse of tok_encode. As llama.cpp's
  * llama_detokenize(remove_special=false, unparse_special=false), except

@@ -42,7 +42,13 @@ static const struct key keys[] = {
 	{ "allow-any", 0, K_BOOL, F(allow_any), true, "let every local user connect" },
 	{ "socket-mode", 0, K_MODE, F(socket_mode), false, "socket file mode, octal (default 0666: the policy decides)" },
 	{ "max-clients", 0, K_INT, F(max_clients), true, "connections at once (default 256)" },
+	{ "max-clients-per-uid", 0, K_INT, F(max_clients_per_uid), true, "connections at once per user (default 64)" },
 	{ "max-inflight", 0, K_INT, F(max_inflight), true, "requests in flight per connection (default 64)" },
+	{ "max-inflight-per-uid", 0, K_INT, F(max_inflight_per_uid), true, "requests in flight per user (default 256)" },
+	{ "hello-timeout-ms", 0, K_INT, F(hello_timeout_ms), true, "a new connection's time to say hello (default 3000)" },
+	{ "sqes-per-turn", 0, K_INT, F(sqes_per_turn), true, "submissions taken from one client per turn (default 16)" },
+	{ "queued-budget", 0, K_SIZE, F(queued_budget), true,
+	  "completions queued for slow readers, daemon-wide; a connection may hold 1/16, a user 1/4 (default 256M)" },
 	{ "arena-size", 0, K_SIZE, F(arena_size), false, "per-client prompt arena bytes (default 1M)" },
 	{ "log-level", 'v', K_LEVEL, F(log_level), true, "emerg..debug or 0..7 (default info)" },
 	{ "bus", 0, K_STR, F(bus), false, "D-Bus: system, session, none or auto (default: system bus for a system service)" },
@@ -54,7 +60,12 @@ void config_defaults(struct srv_config *c)
 	memset(c, 0, sizeof *c);
 	c->socket_mode = 0666;
 	c->max_clients = 256;
+	c->max_clients_per_uid = 64;
 	c->max_inflight = 64;
+	c->max_inflight_per_uid = 256;
+	c->hello_timeout_ms = 3000;
+	c->sqes_per_turn = 16;
+	c->queued_budget = 256ll << 20;
 	c->arena_size = 1 << 20;
 	c->log_level = LOG_INFO;
 	snprintf(c->backend, sizeof c->backend, "auto");

@@ -23,8 +23,13 @@ struct srv_config {
 	char allow_users[512];
 	bool allow_any;
 	int socket_mode;
-	int max_clients;
-	int max_inflight; /* per connection */
+	int max_clients;          /* connections at once, handshake done or not */
+	int max_clients_per_uid;
+	int max_inflight;         /* per connection */
+	int max_inflight_per_uid;
+	int hello_timeout_ms;
+	int sqes_per_turn;
+	int64_t queued_budget;    /* completions queued for slow readers, bytes */
 	int64_t arena_size;
 	int log_level;
 	char bus[16]; /* auto, system, session, none */

@@ -1,11 +1,18 @@
 /* daemon/server/conn.c — the listening socket, accept and the peer's
  * credentials, the handshake (hello → welcome with the memfd), and a
- * client's lifetime up to its free. */
+ * client's lifetime up to its free.
+ *
+ * Nothing here waits on a peer: a refused peer (policy, limits, draining)
+ * gets its refusal at accept and is closed at once; a peer owes its hello
+ * within hello-timeout-ms; connections count against max-clients and
+ * max-clients-per-uid from accept on. When the daemon runs out of
+ * descriptors, the listener leaves the epoll set until one frees. */
 #include "daemon/server/server_int.h"
 #include "daemon/server/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,26 +36,89 @@ void conn_release(struct client *c)
 	srv_wake(s);
 }
 
+static struct uacct *uacct_get(struct server *s, uid_t uid, bool create)
+{
+	for (struct uacct *u = s->uids; u; u = u->next)
+		if (u->uid == uid)
+			return u;
+	if (!create)
+		return NULL;
+	struct uacct *u = calloc(1, sizeof *u);
+	if (!u)
+		return NULL;
+	u->uid = uid;
+	u->next = s->uids;
+	s->uids = u;
+	return u;
+}
+
+static void uacct_put(struct server *s, struct uacct *u)
+{
+	if (--u->conns > 0)
+		return;
+	for (struct uacct **pp = &s->uids; *pp; pp = &(*pp)->next)
+		if (*pp == u) {
+			*pp = u->next;
+			break;
+		}
+	free(u);
+}
+
 static void client_free(struct client *c)
 {
-	while (c->ovf_head) {
-		struct ovf *o = c->ovf_head;
-		c->ovf_head = o->next;
-		free(o);
-	}
+	struct server *s = c->s;
+	cq_forget(c);
 	if (c->map)
 		munmap(c->map, c->map_size);
+	uacct_put(s, c->ua);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
+	s->n_conns--;
+}
+
+static void pend_unlink(struct server *s, struct client *c)
+{
+	if (c->pprev)
+		c->pprev->pnext = c->pnext;
+	else if (s->pend_head == c)
+		s->pend_head = c->pnext;
+	if (c->pnext)
+		c->pnext->pprev = c->pprev;
+	else if (s->pend_tail == c)
+		s->pend_tail = c->pprev;
+	c->pnext = c->pprev = NULL;
+}
+
+static void listen_resume(struct server *s)
+{
+	if (!s->listen_paused)
+		return;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &s->w_listen };
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev) == 0)
+		s->listen_paused = false;
+}
+
+static void listen_pause(struct server *s, int err)
+{
+	uint64_t now = srv_now_ns();
+	if (!s->fd_short) {
+		s->fd_short = true;
+		s->fd_short_since_ns = now;
+		LOG_RL(LOG_ERR, "accept: %s: not accepting connections until a descriptor frees (%d connections)",
+		       strerror(err), s->n_conns);
+	}
+	if (epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL) == 0)
+		s->listen_paused = true;
+	s->listen_retry_ns = now + 1000000000ull; /* descriptors may free elsewhere */
 }
 
 void conn_disconnect(struct server *s, struct client *c, const char *why)
 {
 	if (why)
-		log_msg(LOG_WARNING, "client %llu (pid %d uid %u): disconnected: %s", (unsigned long long)c->id,
-			(int)c->pid, (unsigned)c->uid, why);
+		LOG_RL(LOG_WARNING, "client %llu (pid %d uid %u): disconnected: %s", (unsigned long long)c->id,
+		       (int)c->pid, (unsigned)c->uid, why);
 	else
-		log_msg(LOG_INFO, "client %llu (pid %d): gone", (unsigned long long)c->id, (int)c->pid);
+		LOG_RL(LOG_INFO, "client %llu (pid %d): gone", (unsigned long long)c->id, (int)c->pid);
 	c->gone = true;
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->sock, NULL);
 	if (c->efd >= 0)
@@ -64,21 +134,19 @@ void conn_disconnect(struct server *s, struct client *c, const char *why)
 		c->next->prev = c->prev;
 	if (c->ready)
 		s->n_clients--;
+	else
+		pend_unlink(s, c);
+	listen_resume(s); /* a descriptor or two just freed */
 
-	/* Cancel what it had running; on_done frees each request. */
-	uint64_t *ids = NULL;
-	int n = 0;
+	/* Cancel what it had running; sq_on_done frees each request. */
 	pthread_mutex_lock(&c->lock);
 	c->dead = true;
-	if (c->n_reqs && (ids = malloc(sizeof *ids * (size_t)c->n_reqs)))
-		for (struct sreq *r = c->reqs; r; r = r->next)
-			ids[n++] = r->er.id;
+	int n = c->n_reqs;
 	pthread_mutex_unlock(&c->lock);
-	if (n)
-		log_msg(LOG_INFO, "client %llu: cancelling %d request(s)", (unsigned long long)c->id, n);
-	for (int i = 0; i < n; i++)
-		engine_cancel(s->eng, ids[i]);
-	free(ids);
+	if (n) {
+		LOG_RL(LOG_INFO, "client %llu: cancelling %d request(s)", (unsigned long long)c->id, n);
+		sq_cancel(s, c, 0, true);
+	}
 	pthread_mutex_lock(&c->lock);
 	int refs = --c->refs;
 	pthread_mutex_unlock(&c->lock);
@@ -98,6 +166,34 @@ void conn_free_released(struct server *s)
 		client_free(l);
 		l = n;
 	}
+	/* Many small frees (queued completions, prompts) leave pages that
+	 * glibc keeps: give them back, so an attack leaves no lasting RSS. */
+	uint64_t now = srv_now_ns();
+	if (atomic_load(&s->trim_owed) >= (1 << 20) && now >= s->next_trim_ns) {
+		atomic_store(&s->trim_owed, 0);
+		malloc_trim(0);
+		s->next_trim_ns = now + 1000000000ull;
+	}
+}
+
+int conn_timers(struct server *s, uint64_t now)
+{
+	while (s->pend_head && s->pend_head->hello_deadline_ns <= now)
+		conn_disconnect(s, s->pend_head, "no hello in time");
+	if (s->listen_paused && now >= s->listen_retry_ns) {
+		listen_resume(s);
+		s->listen_retry_ns = now + 1000000000ull;
+	}
+	uint64_t next = UINT64_MAX;
+	if (s->pend_head)
+		next = s->pend_head->hello_deadline_ns;
+	if (s->listen_paused && s->listen_retry_ns < next)
+		next = s->listen_retry_ns;
+	if (atomic_load(&s->trim_owed) >= (1 << 20) && s->next_trim_ns < next)
+		next = s->next_trim_ns > now ? s->next_trim_ns : now;
+	if (next == UINT64_MAX)
+		return -1;
+	return next <= now ? 0 : (int)((next - now + 999999) / 1000000);
 }
 
 static void send_welcome(int fd, uint32_t status, uint64_t size, uint64_t id, const char *msg, int *fds, int nfds)
@@ -131,13 +227,34 @@ static void send_welcome(int fd, uint32_t status, uint64_t size, uint64_t id, co
 		log_msg(LOG_DEBUG, "handshake reply: %s", strerror(errno));
 }
 
+/* Tells a refused peer why, and closes. The peer's hello may be unread
+ * then, which its side sees as ECONNRESET before the refusal (libpagoda
+ * reads on past it); either way the slot is free at once. */
+static void refuse(int fd, uint32_t status, const char *msg)
+{
+	send_welcome(fd, status, 0, 0, msg, NULL, 0);
+	close(fd);
+}
+
 void conn_accept(struct server *s)
 {
 	for (;;) {
 		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				log_msg(LOG_ERR, "accept: %s", strerror(errno));
+			int err = errno;
+			if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+				listen_pause(s, err);
+				return;
+			}
+			if (err == EAGAIN || err == EWOULDBLOCK) {
+				if (s->fd_short) {
+					s->fd_short = false;
+					LOG_RL(LOG_NOTICE, "accepting connections again (%.1f s short of descriptors)",
+					       (double)(srv_now_ns() - s->fd_short_since_ns) / 1e9);
+				}
+			} else if (err != EINTR && err != ECONNABORTED) {
+				LOG_RL(LOG_ERR, "accept: %s", strerror(err));
+			}
 			return;
 		}
 		struct ucred cr;
@@ -151,24 +268,33 @@ void conn_accept(struct server *s)
 		int ng = 0;
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0)
 			ng = (int)(gl / sizeof(gid_t));
-		uint32_t refuse = 0;
-		const char *refuse_msg = NULL;
+		struct uacct *ua = uacct_get(s, cr.uid, false);
 		if (!policy_allows(&s->pol, cr.uid, cr.gid, groups, ng)) {
-			log_msg(LOG_NOTICE, "refused connection from pid %d uid %u gid %u: not allowed by policy",
-				(int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid);
-			refuse = PG_E_PERM;
-			refuse_msg = "access denied by the pagodad policy (allow-users / allow-group)";
-		} else if (atomic_load(&s->draining)) {
-			refuse = PG_E_DRAINING;
-			refuse_msg = "pagodad is draining: no new connections";
-		} else if (s->n_clients >= s->max_clients) {
-			log_msg(LOG_WARNING, "refused pid %d: %d clients already", (int)cr.pid, s->n_clients);
-			refuse = PG_E_LIMIT;
-			refuse_msg = "too many clients";
+			LOG_RL(LOG_NOTICE, "refused connection from pid %d uid %u gid %u: not allowed by policy",
+			       (int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid);
+			refuse(fd, PG_E_PERM, "access denied by the pagodad policy (allow-users / allow-group)");
+			continue;
+		}
+		if (atomic_load(&s->draining)) {
+			refuse(fd, PG_E_DRAINING, "pagodad is draining: no new connections");
+			continue;
+		}
+		if (s->n_conns >= s->max_clients) {
+			LOG_RL(LOG_WARNING, "refused pid %d uid %u: %d connections already (max-clients)", (int)cr.pid,
+			       (unsigned)cr.uid, s->n_conns);
+			refuse(fd, PG_E_LIMIT, "too many clients");
+			continue;
+		}
+		if (ua && ua->conns >= s->max_clients_uid) {
+			LOG_RL(LOG_WARNING, "refused pid %d uid %u: %d connections of this uid already (max-clients-per-uid)",
+			       (int)cr.pid, (unsigned)cr.uid, ua->conns);
+			refuse(fd, PG_E_LIMIT, "too many connections from this user");
+			continue;
 		}
 		struct client *c = calloc(1, sizeof *c);
-		if (!c) {
-			close(fd);
+		if (!c || !(ua = uacct_get(s, cr.uid, true))) {
+			free(c);
+			refuse(fd, PG_E_NOMEM, "out of memory");
 			continue;
 		}
 		c->s = s;
@@ -177,9 +303,8 @@ void conn_accept(struct server *s)
 		c->efd = -1;
 		c->pid = cr.pid;
 		c->uid = cr.uid;
+		c->ua = ua;
 		c->refs = 1;
-		c->refuse = refuse;
-		c->refuse_msg = refuse_msg;
 		pthread_mutex_init(&c->lock, NULL);
 		c->w_sock = (struct watch){ W_SOCK, c };
 		c->w_efd = (struct watch){ W_EFD, c };
@@ -187,9 +312,20 @@ void conn_accept(struct server *s)
 		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			pthread_mutex_destroy(&c->lock);
 			free(c);
-			close(fd);
+			ua->conns++;
+			uacct_put(s, ua); /* frees it if it was new */
+			refuse(fd, PG_E_NOMEM, "out of memory");
 			continue;
 		}
+		ua->conns++;
+		s->n_conns++;
+		c->hello_deadline_ns = srv_now_ns() + (uint64_t)s->hello_timeout_ms * 1000000ull;
+		c->pprev = s->pend_tail;
+		if (s->pend_tail)
+			s->pend_tail->pnext = c;
+		else
+			s->pend_head = c;
+		s->pend_tail = c;
 		c->next = s->clients;
 		if (s->clients)
 			s->clients->prev = c;
@@ -245,9 +381,10 @@ static int client_setup(struct server *s, struct client *c, char *err, size_t er
 	int fds[2] = { mfd, c->efd };
 	send_welcome(c->sock, PG_OK, size, c->id, NULL, fds, 2);
 	close(mfd);
+	pend_unlink(s, c);
 	c->ready = true;
 	s->n_clients++;
-	log_msg(LOG_INFO, "client %llu connected: pid %d uid %u, %llu bytes shared", (unsigned long long)c->id,
+	LOG_RL(LOG_INFO, "client %llu connected: pid %d uid %u, %llu bytes shared", (unsigned long long)c->id,
 		(int)c->pid, (unsigned)c->uid, (unsigned long long)size);
 	return 0;
 }
@@ -267,12 +404,8 @@ void conn_on_sock(struct server *s, struct client *c, uint32_t events)
 			conn_disconnect(s, c, "malformed hello");
 			return;
 		}
-		if (!c->refuse && atomic_load(&s->draining)) {
-			c->refuse = PG_E_DRAINING;
-			c->refuse_msg = "pagodad is draining: no new connections";
-		}
-		if (c->refuse) {
-			send_welcome(c->sock, c->refuse, 0, 0, c->refuse_msg, NULL, 0);
+		if (atomic_load(&s->draining)) {
+			send_welcome(c->sock, PG_E_DRAINING, 0, 0, "pagodad is draining: no new connections", NULL, 0);
 			conn_disconnect(s, c, NULL);
 			return;
 		}
@@ -286,7 +419,7 @@ void conn_on_sock(struct server *s, struct client *c, uint32_t events)
 		}
 		char err[160];
 		if (client_setup(s, c, err, sizeof err) < 0) {
-			log_msg(LOG_ERR, "client %llu: %s", (unsigned long long)c->id, err);
+			LOG_RL(LOG_ERR, "client %llu: %s", (unsigned long long)c->id, err);
 			send_welcome(c->sock, PG_E_NOMEM, 0, 0, err, NULL, 0);
 			conn_disconnect(s, c, "setup failed");
 		}

@@ -1,5 +1,10 @@
 /* daemon/server/cq.c — completions into a client's CQ; what does not fit
- * waits in the client's overflow queue until the client frees space. */
+ * waits in the client's overflow queue until the client frees space.
+ *
+ * Queued bytes are budgeted: a connection may hold 1/16 of queued-budget,
+ * a uid 1/4, and past the daemon-wide budget only connections holding
+ * little (QUEUED_SLACK) may queue more: so a slow reader is cut off before
+ * it pins memory, and well-behaved clients are not cut off for it. */
 #include "daemon/server/server_int.h"
 
 #include <stdlib.h>
@@ -12,6 +17,43 @@ void cq_mark_broken(struct client *c, const char *why)
 	c->why = why;
 	atomic_store(&c->broken, true);
 	srv_wake(c->s);
+}
+
+#define QUEUED_SLACK (64 << 10)
+
+static void account(struct client *c, int64_t bytes)
+{
+	c->queued += bytes;
+	atomic_fetch_add(&c->ua->queued, bytes);
+	atomic_fetch_add(&c->s->queued, bytes);
+}
+
+/* Why c may not queue bytes more, or NULL. */
+static const char *over_budget(struct client *c, int64_t bytes)
+{
+	struct server *s = c->s;
+	int64_t b = s->queued_budget;
+	if (c->n_ovf >= MAX_OVERFLOW || c->queued + bytes > b / 16)
+		return "does not read its completions";
+	if (atomic_load(&c->ua->queued) + bytes > b / 4)
+		return "does not read its completions (its user's share of the queue budget is spent)";
+	if (atomic_load(&s->queued) + bytes > b && c->queued > QUEUED_SLACK)
+		return "does not read its completions (the daemon's queue budget is spent)";
+	return NULL;
+}
+
+void cq_forget(struct client *c)
+{
+	int64_t bytes = c->queued;
+	while (c->ovf_head) {
+		struct ovf *o = c->ovf_head;
+		c->ovf_head = o->next;
+		free(o);
+	}
+	c->ovf_tail = NULL;
+	c->n_ovf = 0;
+	account(c, -bytes);
+	atomic_fetch_add(&c->s->trim_owed, bytes);
 }
 
 void cq_flush(struct client *c)
@@ -31,6 +73,7 @@ void cq_flush(struct client *c)
 			if (!c->ovf_head)
 				c->ovf_tail = NULL;
 			c->n_ovf--;
+			account(c, -(int64_t)(sizeof *o + o->len));
 			free(o);
 			space--;
 			wrote = true;
@@ -65,8 +108,9 @@ static void push_one(struct client *c, const struct pg_cqe *e, const char *text,
 			return;
 		}
 	}
-	if (c->n_ovf >= MAX_OVERFLOW) {
-		cq_mark_broken(c, "does not read its completions");
+	const char *why_not = over_budget(c, (int64_t)(sizeof(struct ovf) + len));
+	if (why_not) {
+		cq_mark_broken(c, why_not);
 		return;
 	}
 	struct ovf *o = malloc(sizeof *o + len);
@@ -85,6 +129,7 @@ static void push_one(struct client *c, const struct pg_cqe *e, const char *text,
 		c->ovf_head = o;
 	c->ovf_tail = o;
 	c->n_ovf++;
+	account(c, (int64_t)(sizeof *o + len));
 	atomic_store_explicit(&c->pc.cqc->flags, PG_CQ_OVERFLOW, memory_order_seq_cst);
 }
 

@@ -76,7 +76,12 @@ static int apply_runtime(struct server *s, const struct srv_config *cfg, char *e
 		return -1;
 	s->pol = p;
 	s->max_clients = cfg->max_clients > 0 ? cfg->max_clients : 256;
+	s->max_clients_uid = cfg->max_clients_per_uid > 0 ? cfg->max_clients_per_uid : 64;
 	s->max_inflight = cfg->max_inflight > 0 ? cfg->max_inflight : 64;
+	s->max_inflight_uid = cfg->max_inflight_per_uid > 0 ? cfg->max_inflight_per_uid : 256;
+	s->hello_timeout_ms = cfg->hello_timeout_ms > 0 ? cfg->hello_timeout_ms : 3000;
+	s->sqes_per_turn = cfg->sqes_per_turn > 0 ? cfg->sqes_per_turn : 16;
+	s->queued_budget = cfg->queued_budget >= (1 << 20) ? cfg->queued_budget : 1 << 20;
 	log_set_level(cfg->log_level);
 	return 0;
 }
@@ -93,8 +98,11 @@ int ipc_create(struct server **out, struct engine *e, const struct srv_config *c
 	s->tok = engine_tokenizer(e);
 	s->n_ctx = engine_n_ctx(e);
 	s->n_vocab = tok_n_vocab(s->tok);
+	s->max_piece = tok_max_piece(s->tok) > 0 ? tok_max_piece(s->tok) : 1;
 	s->lfd = s->epfd = s->sfd = s->wake_efd = -1;
 	pthread_mutex_init(&s->free_lock, NULL);
+	pthread_mutex_init(&s->in_lock, NULL);
+	pthread_cond_init(&s->in_cond, NULL);
 	atomic_store(&s->next_gid, 1);
 	int64_t arena = cfg->arena_size;
 	if (arena < 4096)
@@ -181,16 +189,8 @@ static void status_text(struct server *s, char *buf, size_t len)
 
 static void cancel_all(struct server *s)
 {
-	for (struct client *c = s->clients; c; c = c->next) {
-		uint64_t ids[256];
-		int n = 0;
-		pthread_mutex_lock(&c->lock);
-		for (struct sreq *r = c->reqs; r && n < 256; r = r->next)
-			ids[n++] = r->er.id;
-		pthread_mutex_unlock(&c->lock);
-		for (int i = 0; i < n; i++)
-			engine_cancel(s->eng, ids[i]);
-	}
+	for (struct client *c = s->clients; c; c = c->next)
+		sq_cancel(s, c, 0, true);
 }
 
 int ipc_reload(struct server *s, const char *why, char *err, size_t errlen)
@@ -309,6 +309,10 @@ int ipc_run(struct server *s, struct srv_config *cfg, struct pbus *bus)
 		log_msg(LOG_CRIT, "cannot start the engine thread");
 		return 1;
 	}
+	if (intake_start(s) < 0) {
+		log_msg(LOG_CRIT, "cannot start the intake thread");
+		return 1;
+	}
 	if (s->path[0]) {
 		log_msg(LOG_NOTICE, "listening on %s", s->path);
 	} else {
@@ -344,6 +348,7 @@ int ipc_run(struct server *s, struct srv_config *cfg, struct pbus *bus)
 		}
 		int tmo = pending ? 50 : (atomic_load(&s->draining) && s->exit_when_drained ? 200 : -1);
 		tmo = min_tmo(tmo, periodic(s));
+		tmo = min_tmo(tmo, conn_timers(s, srv_now_ns()));
 		tmo = min_tmo(tmo, notify_tick_ms());
 		tmo = min_tmo(tmo, bus_arm(s));
 		struct epoll_event evs[64];
@@ -403,11 +408,14 @@ void ipc_destroy(struct server *s)
 	}
 	while (s->clients)
 		conn_disconnect(s, s->clients, NULL);
+	intake_stop(s); /* ends the queued requests, all cancelled by now */
 	/* Requests cancelled just now end at the next steps (on_done needs s). */
 	for (int i = 0; i < 10000 && atomic_load(&s->inflight) > 0; i++)
 		engine_step(s->eng);
 	conn_free_released(s);
 	pthread_mutex_destroy(&s->free_lock);
+	pthread_mutex_destroy(&s->in_lock);
+	pthread_cond_destroy(&s->in_cond);
 	if (s->lfd >= 0)
 		close(s->lfd);
 	if (s->own_socket)

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <systemd/sd-daemon.h>
@@ -226,6 +227,23 @@ static struct engine *load(struct srv_config *cfg, struct pbus *bus, const sigse
 	return l.e;
 }
 
+/* Every client holds a socket and an eventfd here: take every descriptor
+ * the hard limit allows (systemd's default soft limit is 1,024). Under the
+ * unit, LimitNOFILE= has set both already and setrlimit is filtered out. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rlim_t was = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+		log_msg(LOG_DEBUG, "descriptors: soft limit raised from %llu to %llu", (unsigned long long)was,
+			(unsigned long long)rl.rlim_max);
+	else
+		log_msg(LOG_DEBUG, "descriptors: soft limit stays %llu: %s", (unsigned long long)was, strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
 	struct srv_config cfg;
@@ -253,6 +271,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	notify_init();
+	raise_nofile();
 
 	/* Signals are taken by signalfds in the main loops: block them before
 	 * any thread starts so that every thread inherits the mask. */

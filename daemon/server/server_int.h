@@ -4,7 +4,11 @@
  *
  * conn.c: the listener, accept, peer credentials, handshake, client lifetime.
  * cq.c:   completions into a client's CQ, and its overflow queue.
- * sq.c:   SQ intake, request submission, the engine's callbacks.
+ * sq.c:   SQ intake on the main loop: checks that cost O(1), then requests
+ *         queued to intake.c; cancels; the engine's callbacks.
+ * intake.c: the one place where per-request work that grows with the
+ *         request runs (tokenizing; chat templates to come), on a worker
+ *         thread, one request per client in turn; then engine_submit.
  * loop.c: the main loop (epoll, signals, reload, drain, sd_notify, periodic).
  */
 #ifndef PAGODA_SERVER_INT_H
@@ -36,6 +40,16 @@ struct ovf {
 	char text[];
 };
 
+/* What one uid holds: its budgets are checked against these. The list and
+ * conns are the main thread's; the atomics move on every thread. */
+struct uacct {
+	struct uacct *next;
+	uid_t uid;
+	int conns;
+	_Atomic int inflight;
+	_Atomic int64_t queued; /* overflow bytes */
+};
+
 struct sreq;
 
 struct client {
@@ -44,12 +58,10 @@ struct client {
 	int sock, efd;
 	pid_t pid;
 	uid_t uid;
+	struct uacct *ua;
 	bool ready; /* handshake done */
-	/* Refused at accept: the refusal goes out once its hello is read, so that
-	 * closing never leaves unread data behind (which would turn the refusal
-	 * into ECONNRESET on the client's side). */
-	uint32_t refuse;
-	const char *refuse_msg;
+	uint64_t hello_deadline_ns;
+	struct client *pnext, *pprev; /* waiting for its hello: main thread */
 	struct watch w_sock, w_efd;
 	struct client *next, *prev; /* server list: main thread only */
 
@@ -63,36 +75,64 @@ struct client {
 	const char *why;
 	struct ovf *ovf_head, *ovf_tail;
 	int n_ovf;
+	int64_t queued; /* overflow bytes */
 	struct sreq *reqs;
 	int n_reqs;
 	int refs;
 	bool gone;                /* disconnected (main thread) */
 	struct client *free_next; /* on the server's free list */
+
+	/* intake.c, under s->in_lock */
+	struct sreq *in_head, *in_tail;
+	struct client *rr_next;
+	bool on_rr;
 };
 
+enum sreq_state { SREQ_QUEUED, SREQ_PREP, SREQ_ENGINE };
 struct sreq {
 	struct engine_req er;
 	struct client *c;
 	uint64_t creq; /* the client's id */
-	struct sreq *next, *prev;
+	struct sreq *next, *prev; /* c->reqs, under c->lock */
+	/* intake.c, under s->in_lock */
+	struct sreq *in_next;
+	enum sreq_state state;
+	bool cancelled;
+	/* the submission as it came, until prepared */
+	struct pg_sqe sqe;
+	char *buf;
+	size_t len;
 };
 
 struct server {
 	struct engine *eng;
 	const struct tokenizer *tok;
-	int n_ctx, n_vocab;
+	int n_ctx, n_vocab, max_piece;
 	int lfd, epfd, sfd, wake_efd;
 	char path[108];
 	bool own_socket;
 	struct watch w_listen, w_signal, w_wake;
 	struct policy pol;
-	int max_clients, max_inflight;
+	/* limits (config; reloaded on SIGHUP) */
+	int max_clients, max_clients_uid, max_inflight, max_inflight_uid;
+	int sqes_per_turn, hello_timeout_ms;
+	int64_t queued_budget;
 	uint32_t arena_size;
 	struct client *clients;
-	int n_clients;
+	int n_conns;   /* accepted, handshake done or not */
+	int n_clients; /* handshake done */
+	struct uacct *uids;
+	struct client *pend_head, *pend_tail; /* hello awaited, oldest first */
+	/* EMFILE/ENFILE: the listener leaves the epoll set until a descriptor
+	 * frees; an episode ends when the backlog is empty again. */
+	bool listen_paused, fd_short;
+	uint64_t fd_short_since_ns, listen_retry_ns;
 	uint64_t next_client;
 	_Atomic uint64_t next_gid;
 	_Atomic int inflight;
+	_Atomic int64_t queued;    /* overflow bytes, daemon-wide */
+	_Atomic int64_t trim_owed; /* bytes freed since the last malloc_trim */
+	uint64_t next_trim_ns;
 	_Atomic bool draining;
 	_Atomic bool stop;
 	bool exit_when_drained;
@@ -111,6 +151,12 @@ struct server {
 	pthread_mutex_t free_lock; /* clients whose last reference went: freed by main */
 	struct client *free_list;
 	pthread_t eng_thread;
+	/* intake.c: clients with queued requests, served in turn */
+	pthread_mutex_t in_lock;
+	pthread_cond_t in_cond;
+	struct client *rr_head, *rr_tail;
+	bool in_stop, in_started;
+	pthread_t in_thread;
 };
 
 /* loop.c */
@@ -123,6 +169,8 @@ void cq_flush(struct client *c);
 void cq_emit(struct client *c, struct pg_cqe *e, const char *text, size_t len);
 /* takes c->lock itself */
 void cq_error(struct client *c, uint64_t creq, uint32_t code, const char *msg);
+/* c's overflow is gone (c is being freed): its bytes leave the budgets. */
+void cq_forget(struct client *c);
 
 /* conn.c — main thread, except conn_release (any thread) */
 int conn_listen(struct server *s, const char *path, char *err, size_t errlen, int mode);
@@ -131,8 +179,23 @@ void conn_on_sock(struct server *s, struct client *c, uint32_t events);
 void conn_disconnect(struct server *s, struct client *c, const char *why);
 void conn_release(struct client *c);
 void conn_free_released(struct server *s);
+/* Drops the connections whose hello is late; ms until the next deadline
+ * or the listener's retry, -1 when none. */
+int conn_timers(struct server *s, uint64_t now);
 
 /* sq.c — main thread */
 void sq_on_efd(struct server *s, struct client *c);
+/* Cancels c's requests with client id creq (every one when all). */
+void sq_cancel(struct server *s, struct client *c, uint64_t creq, bool all);
+/* engine callback, also called by intake.c for requests it ends itself */
+void sq_on_done(struct engine_req *er, enum finish_reason why, int err, const char *msg);
+void sq_on_token(struct engine_req *er, int32_t token, const char *text, size_t len);
+
+/* intake.c */
+int intake_start(struct server *s);
+/* Ends every queued request (cancelled) and joins the worker. */
+void intake_stop(struct server *s);
+/* Main thread: r is on c->reqs and counted; the worker prepares it. */
+void intake_push(struct server *s, struct sreq *r);
 
 #endif

@@ -1,6 +1,7 @@
-/* daemon/server/sq.c — SQ intake: each client's submissions checked and
- * turned into engine requests; the engine's callbacks turn them back into
- * completions. */
+/* daemon/server/sq.c — SQ intake on the main loop: each client's
+ * submissions checked at a cost independent of their size and queued to
+ * the intake worker (intake.c), a bounded number per client per turn;
+ * cancels; the engine's callbacks turn requests back into completions. */
 #include "daemon/server/server_int.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/server/log.h"
@@ -10,8 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Engine callbacks: on the engine thread, or on main for a refused submit. */
-static void on_token(struct engine_req *er, int32_t token, const char *text, size_t len)
+/* Engine callbacks: on the engine thread, or on the intake worker for a
+ * request refused or ended before the engine saw it. */
+void sq_on_token(struct engine_req *er, int32_t token, const char *text, size_t len)
 {
 	struct sreq *r = er->user;
 	struct client *c = r->c;
@@ -36,7 +38,7 @@ static uint32_t map_engine_err(int err)
 	}
 }
 
-static void on_done(struct engine_req *er, enum finish_reason why, int err, const char *msg)
+void sq_on_done(struct engine_req *er, enum finish_reason why, int err, const char *msg)
 {
 	struct sreq *r = er->user;
 	struct client *c = r->c;
@@ -77,109 +79,18 @@ static void on_done(struct engine_req *er, enum finish_reason why, int err, cons
 	if (r->next)
 		r->next->prev = r->prev;
 	c->n_reqs--;
+	atomic_fetch_sub(&c->ua->inflight, 1);
 	int refs = --c->refs;
 	unsigned long long cid = c->id; /* c may be gone once unlocked */
 	pthread_mutex_unlock(&c->lock);
 	log_msg(LOG_DEBUG, "client %llu: request %llu done (%s, %d generated)", cid,
 		(unsigned long long)r->creq, finish_reason_name(why), er->timings.n_gen);
+	free(r->buf);
 	free(r);
 	if (refs == 0)
 		conn_release(c);
 	if (atomic_fetch_sub(&s->inflight, 1) == 1 && atomic_load(&s->draining))
 		srv_wake(s);
-}
-
-static void submit(struct server *s, struct client *c, const struct pg_sqe *e, char *buf, size_t len)
-{
-	int32_t *ids = NULL, *owned = NULL;
-	int n = 0;
-	char msg[PG_MSG_LEN + 1];
-	if (e->flags & PG_SUBMIT_IDS) {
-		ids = (int32_t *)buf; /* the caller frees buf */
-		n = (int)(len / 4);
-		if (proto_check_ids(ids, (size_t)n, s->n_vocab) < 0) {
-			cq_error(c, e->req_id, PG_E_INVALID, "token id out of the vocabulary");
-			return;
-		}
-	} else {
-		bool bos = tok_add_bos(s->tok);
-		int cap = (int)len + 8;
-		for (int tries = 0; tries < 2; tries++) {
-			ids = malloc(sizeof *ids * (size_t)cap);
-			if (!ids) {
-				cq_error(c, e->req_id, PG_E_NOMEM, "out of memory tokenizing");
-				return;
-			}
-			n = tok_encode(s->tok, buf, len, bos, true, ids, cap);
-			if (n >= 0 || n == TOK_ERR)
-				break;
-			cap = -n;
-			free(ids);
-			ids = NULL;
-		}
-		if (n < 0 || !ids) {
-			free(ids);
-			cq_error(c, e->req_id, PG_E_INVALID, "the prompt cannot be tokenized");
-			return;
-		}
-		owned = ids;
-	}
-	if (n == 0) {
-		cq_error(c, e->req_id, PG_E_INVALID, "empty prompt");
-		free(owned);
-		return;
-	}
-	int max_tokens = e->max_tokens;
-	if ((e->flags & PG_SUBMIT_CLAMP) && (int64_t)n + max_tokens > s->n_ctx)
-		max_tokens = s->n_ctx - n;
-	if ((int64_t)n + max_tokens > s->n_ctx || max_tokens <= 0) {
-		snprintf(msg, sizeof msg, "prompt (%d tokens) + max_tokens (%d) exceed the context (%d)", n,
-			 e->max_tokens, s->n_ctx);
-		cq_error(c, e->req_id, PG_E_CONTEXT, msg);
-		free(owned);
-		return;
-	}
-	struct sreq *r = calloc(1, sizeof *r);
-	if (!r) {
-		free(owned);
-		cq_error(c, e->req_id, PG_E_NOMEM, "out of memory");
-		return;
-	}
-	r->c = c;
-	r->creq = e->req_id;
-	r->er.id = atomic_fetch_add(&s->next_gid, 1);
-	r->er.prompt = ids;
-	r->er.n_prompt = n;
-	r->er.max_tokens = max_tokens;
-	sampling_defaults(&r->er.sampling);
-	r->er.sampling.temp = e->temp;
-	r->er.sampling.top_k = e->top_k;
-	r->er.sampling.top_p = e->top_p;
-	r->er.sampling.min_p = e->min_p;
-	r->er.sampling.repeat_penalty = e->repeat_penalty;
-	r->er.sampling.repeat_last_n = e->repeat_last_n;
-	r->er.sampling.seed = e->seed;
-	r->er.n_stop = (int)e->n_stop;
-	for (uint32_t i = 0; i < e->n_stop && i < ENGINE_MAX_STOP; i++) {
-		memcpy(r->er.stop[i], e->stop[i], e->stop_len[i]);
-		r->er.stop[i][e->stop_len[i]] = 0;
-	}
-	r->er.on_token = on_token;
-	r->er.on_done = on_done;
-	r->er.user = r;
-	pthread_mutex_lock(&c->lock);
-	r->next = c->reqs;
-	if (c->reqs)
-		c->reqs->prev = r;
-	c->reqs = r;
-	c->n_reqs++;
-	c->refs++;
-	pthread_mutex_unlock(&c->lock);
-	atomic_fetch_add(&s->inflight, 1);
-	log_msg(LOG_DEBUG, "client %llu: request %llu: %d prompt tokens, max %d", (unsigned long long)c->id,
-		(unsigned long long)e->req_id, n, e->max_tokens);
-	engine_submit(s->eng, &r->er); /* on a refusal on_done has run: r is gone */
-	free(owned);
 }
 
 static void fill_stats(struct server *s, struct pg_cqe *e)
@@ -206,13 +117,121 @@ static int client_nreqs(struct client *c)
 	return n;
 }
 
-/* Drains the client's SQ. Returns false if the client was disconnected. */
+/* The context check that needs no tokenizing: ids are counted by their
+ * bytes; a text gives at least tok_min_tokens ids. 0, or PG_E_CONTEXT with
+ * msg. */
+static int fits_at_once(struct server *s, const struct pg_sqe *e, const char *buf, size_t len, char *msg, size_t ml)
+{
+	int64_t room = (int64_t)s->n_ctx - ((e->flags & PG_SUBMIT_CLAMP) ? 1 : e->max_tokens);
+	if (e->flags & PG_SUBMIT_IDS) {
+		if ((int64_t)(len / 4) <= room)
+			return 0;
+		snprintf(msg, ml, "prompt (%zu tokens) + max_tokens (%d) exceed the context (%d)", len / 4,
+			 e->max_tokens, s->n_ctx);
+		return PG_E_CONTEXT;
+	}
+	if ((int64_t)(len / (size_t)s->max_piece) <= room) /* cannot tell without tokenizing */
+		return 0;
+	size_t least = tok_min_tokens(s->tok, buf, len);
+	if ((int64_t)least <= room)
+		return 0;
+	snprintf(msg, ml, "prompt (%zu bytes: %zu tokens at least) + max_tokens (%d) exceed the context (%d)", len,
+		 least, e->max_tokens, s->n_ctx);
+	return PG_E_CONTEXT;
+}
+
+/* Checks what costs O(1), then queues the request to the intake worker. */
+static void submit(struct server *s, struct client *c, const struct pg_sqe *e, char *buf, size_t len)
+{
+	char msg[PG_MSG_LEN + 1];
+	int rc;
+	if (atomic_load(&s->draining)) {
+		cq_error(c, e->req_id, PG_E_DRAINING, "pagodad is draining: no new requests");
+		goto refused;
+	}
+	if (client_nreqs(c) >= s->max_inflight) {
+		cq_error(c, e->req_id, PG_E_BUSY, "too many requests in flight on this connection");
+		goto refused;
+	}
+	if (atomic_load(&c->ua->inflight) >= s->max_inflight_uid) {
+		LOG_RL(LOG_NOTICE, "uid %u: %d requests in flight: refusing more", (unsigned)c->uid,
+		       atomic_load(&c->ua->inflight));
+		cq_error(c, e->req_id, PG_E_BUSY, "too many requests in flight for this user");
+		goto refused;
+	}
+	if ((rc = fits_at_once(s, e, buf, len, msg, sizeof msg)) != 0) {
+		cq_error(c, e->req_id, (uint32_t)rc, msg);
+		goto refused;
+	}
+	struct sreq *r = calloc(1, sizeof *r);
+	if (!r) {
+		cq_error(c, e->req_id, PG_E_NOMEM, "out of memory");
+		goto refused;
+	}
+	r->c = c;
+	r->creq = e->req_id;
+	r->sqe = *e;
+	r->buf = buf;
+	r->len = len;
+	r->er.id = atomic_fetch_add(&s->next_gid, 1);
+	r->er.on_token = sq_on_token;
+	r->er.on_done = sq_on_done;
+	r->er.user = r;
+	pthread_mutex_lock(&c->lock);
+	r->next = c->reqs;
+	if (c->reqs)
+		c->reqs->prev = r;
+	c->reqs = r;
+	c->n_reqs++;
+	c->refs++;
+	pthread_mutex_unlock(&c->lock);
+	atomic_fetch_add(&c->ua->inflight, 1);
+	atomic_fetch_add(&s->inflight, 1);
+	intake_push(s, r);
+	return;
+refused:
+	free(buf);
+}
+
+void sq_cancel(struct server *s, struct client *c, uint64_t creq, bool all)
+{
+	uint64_t ids[64];
+	int n = 0;
+	bool more = true;
+	while (more) {
+		more = false;
+		n = 0;
+		pthread_mutex_lock(&s->in_lock);
+		pthread_mutex_lock(&c->lock);
+		for (struct sreq *r = c->reqs; r; r = r->next) {
+			if ((!all && r->creq != creq) || r->cancelled)
+				continue;
+			if (r->state != SREQ_ENGINE) {
+				r->cancelled = true; /* intake.c ends it */
+				continue;
+			}
+			if (n == 64) {
+				more = true;
+				break;
+			}
+			r->cancelled = true;
+			ids[n++] = r->er.id;
+		}
+		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&s->in_lock);
+		for (int i = 0; i < n; i++)
+			engine_cancel(s->eng, ids[i]);
+	}
+}
+
+/* Takes at most sqes_per_turn SQEs. Returns false if the client was
+ * disconnected. */
 static bool process_sq(struct server *s, struct client *c)
 {
 	struct pg_sqe e;
 	const char *why;
 	char msg[PG_MSG_LEN + 1];
-	for (uint32_t budget = c->pc.lay.sq_entries; budget; budget--) {
+	for (int budget = s->sqes_per_turn; budget > 0; budget--) {
 		int rc = proto_sq_next(&c->pc, &e, &why);
 		if (rc < 0) {
 			conn_disconnect(s, c, why);
@@ -227,6 +246,8 @@ static bool process_sq(struct server *s, struct client *c)
 		}
 		char *buf = NULL;
 		size_t len = 0;
+		/* A copy bounded by the arena: the arena bytes are free again at
+		 * once, and the text is prepared off this loop. */
 		if (rc == PG_OK && e.op == PG_OP_SUBMIT && proto_copy_prompt(&c->pc, &e, &buf, &len) < 0) {
 			rc = PG_E_NOMEM;
 			snprintf(msg, sizeof msg, "out of memory copying the prompt");
@@ -254,26 +275,11 @@ static bool process_sq(struct server *s, struct client *c)
 			cq_emit(c, &out, NULL, 0);
 			pthread_mutex_unlock(&c->lock);
 			break;
-		case PG_OP_CANCEL: {
-			uint64_t ids[64];
-			int n = 0;
-			pthread_mutex_lock(&c->lock);
-			for (struct sreq *r = c->reqs; r && n < 64; r = r->next)
-				if (r->creq == e.req_id)
-					ids[n++] = r->er.id;
-			pthread_mutex_unlock(&c->lock);
-			for (int i = 0; i < n; i++)
-				engine_cancel(s->eng, ids[i]);
+		case PG_OP_CANCEL:
+			sq_cancel(s, c, e.req_id, false);
 			break;
-		}
 		case PG_OP_SUBMIT:
-			if (atomic_load(&s->draining))
-				cq_error(c, e.req_id, PG_E_DRAINING, "pagodad is draining: no new requests");
-			else if (client_nreqs(c) >= s->max_inflight)
-				cq_error(c, e.req_id, PG_E_BUSY, "too many requests in flight on this connection");
-			else
-				submit(s, c, &e, buf, len);
-			free(buf);
+			submit(s, c, &e, buf, len);
 			break;
 		}
 	}
@@ -298,5 +304,3 @@ void sq_on_efd(struct server *s, struct client *c)
 		cq_flush(c);
 	pthread_mutex_unlock(&c->lock);
 }
-
-/* Disconnects clients the engine thread found broken; flushes overflows. */

@@ -541,6 +541,55 @@ START_TEST(hostile_input)
 }
 END_TEST
 
+/* tok_min_tokens never exceeds what tok_encode gives (the daemon refuses a
+ * prompt at once on it): texts of every kind, worst cases for the bound
+ * included (one long piece repeated, runs of spaces, specials' text). */
+START_TEST(min_tokens_bound)
+{
+	static const char *vocabs[] = { "vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-llama-bpe.gguf",
+		"vocab/ggml-vocab-gpt-2.gguf", "vocab/ggml-vocab-qwen2.gguf" };
+	for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
+		struct loaded l;
+		if (!load_rel(vocabs[v], &l))
+			return;
+		size_t big = 16 << 10;
+		char *buf = malloc(big);
+		for (int kind = 0; kind < 6; kind++) {
+			/* the longest piece, over and over: the bound's own case */
+			int32_t longest = 0;
+			char piece[512];
+			int best = 0;
+			for (int32_t id = 0; id < tok_n_vocab(l.t); id++) {
+				int pl = tok_piece(l.t, id, true, piece, sizeof piece);
+				if (pl > best && pl <= (int)sizeof piece)
+					best = pl, longest = id;
+			}
+			int pl = tok_piece(l.t, longest, true, piece, sizeof piece);
+			for (size_t i = 0; i < big; i++) {
+				switch (kind) {
+				case 0: buf[i] = piece[i % (size_t)pl]; break;
+				case 1: buf[i] = ' '; break;
+				case 2: buf[i] = (char)rnd(); break;
+				case 3: buf[i] = "Once upon a time, there was a dog. "[i % 35]; break;
+				case 4: buf[i] = "<|endoftext|> <s></s>\n\n\t"[i % 26]; break;
+				case 5: buf[i] = i % 97 ? 'a' : ' '; break;
+				}
+			}
+			for (size_t len = 1; len <= big; len *= 4) {
+				int32_t *ids;
+				int n = encode(l.t, buf, len, false, true, &ids);
+				ck_assert_int_ge(n, 0);
+				ck_assert_msg(tok_min_tokens(l.t, buf, len) <= (size_t)n, "%s, text %d of %zu bytes: bound %zu > %d",
+					      vocabs[v], kind, len, tok_min_tokens(l.t, buf, len), n);
+				free(ids);
+			}
+		}
+		free(buf);
+		tok_free(l.t);
+	}
+}
+END_TEST
+
 START_TEST(load_errors)
 {
 	/* a GGUF without a vocabulary is refused with a message */
@@ -571,6 +620,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, streaming_utf8);
 	tcase_add_test(tc, golden_prompts);
 	tcase_add_test(tc, hostile_input);
+	tcase_add_test(tc, min_tokens_bound);
 	tcase_add_test(tc, load_errors);
 	suite_add_tcase(s, tc);
 	return s;
