@@ -3,7 +3,7 @@
  * Whatever a request costs in proportion to its size runs here, on one
  * worker thread, never on the loop that serves every client: tokenizing the
  * text, checking the ids, the exact context check, then engine_submit.
- * (Chat-template rendering, when it comes, belongs here too.) The worker
+ * Chat requests are rendered with the model's template here too. The worker
  * takes one request per client in turn, so a client queueing large prompts
  * delays others by one of its requests at most.
  *
@@ -13,6 +13,7 @@
  * a cancel that sees it there finds the engine knowing it).
  */
 #include "daemon/server/server_int.h"
+#include "daemon/chat/chat.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/server/log.h"
 
@@ -46,6 +47,24 @@ static struct sreq *next_locked(struct server *s)
 	return r;
 }
 
+/* A chat request (JSON) rendered with the model's chat template: the text
+ * to tokenize, malloc'd, or NULL with msg. A template that writes
+ * bos_token itself gets no second BOS. */
+static char *render_chat(struct server *s, const char *buf, size_t len, size_t *outlen, bool *add_bos,
+			 char *msg, size_t ml)
+{
+	char *text;
+	if (!s->chat) {
+		snprintf(msg, ml, "%.*s", (int)(ml > 0 ? ml - 1 : 0), s->chat_why);
+		return NULL;
+	}
+	if (chat_render(s->chat, buf, len, 0, &text, outlen, NULL, msg, ml))
+		return NULL;
+	const char *bos = chat_bos(s->chat);
+	*add_bos = tok_add_bos(s->tok) && !(*bos && !strncmp(text, bos, strlen(bos)));
+	return text;
+}
+
 /* Tokenizes (or checks the ids) and checks the context: 0 with r->er
  * ready and *owned the ids to free after engine_submit, or an
  * ENGINE_ERR_* with msg. Frees r->buf either way. */
@@ -68,7 +87,18 @@ static int prepare(struct server *s, struct sreq *r, int32_t **owned, char *msg,
 		/* A token stands for at least one byte of the text (specials
 		 * added: BOS, EOS), so len + 8 ids always suffice. */
 		bool bos = tok_add_bos(s->tok);
-		int cap = (int)r->len + 8;
+		if (e->flags & PG_SUBMIT_CHAT) {
+			size_t tl;
+			char *text = render_chat(s, r->buf, r->len, &tl, &bos, msg, ml);
+			if (!text) {
+				rc = ENGINE_ERR_INVALID;
+				goto out;
+			}
+			free(r->buf);
+			r->buf = text;
+			r->len = tl;
+		}
+		int cap = r->len < (size_t)INT32_MAX - 8 ? (int)r->len + 8 : INT32_MAX;
 		ids = malloc(sizeof *ids * (size_t)cap);
 		if (!ids) {
 			snprintf(msg, ml, "out of memory tokenizing");

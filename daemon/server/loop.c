@@ -2,6 +2,8 @@
  * clients, signals and the bus; reload, drain, sd_notify status and the
  * periodic work; the engine thread's start and stop. */
 #include "daemon/server/server_int.h"
+#include "daemon/chat/chat.h"
+#include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/server/bus.h"
 #include "daemon/server/log.h"
@@ -112,6 +114,15 @@ int ipc_create(struct server **out, struct engine *e, const struct srv_config *c
 	s->arena_size = (uint32_t)((arena + 4095) & ~4095ll);
 	if (apply_runtime(s, cfg, err, errlen) < 0)
 		goto fail;
+	if (chat_load(engine_model(e)->gguf, s->tok, cfg->chat_template[0] ? cfg->chat_template : NULL, &s->chat,
+		      s->chat_why, sizeof s->chat_why)) {
+		s->chat = NULL;
+		if (cfg->chat_template[0]) { /* asked for by name: a mistake to report */
+			snprintf(err, errlen, "%s", s->chat_why);
+			goto fail;
+		}
+		log_msg(LOG_WARNING, "chat requests refused: %s", s->chat_why);
+	}
 	if (listen_fd >= 0) {
 		s->lfd = listen_fd;
 		fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
@@ -426,5 +437,6 @@ void ipc_destroy(struct server *s)
 		close(s->wake_efd);
 	if (s->epfd >= 0)
 		close(s->epfd);
+	chat_free(s->chat);
 	free(s);
 }

@@ -28,6 +28,8 @@
 #define MAX_OVERFLOW 65536 /* queued completions per client before it is cut off */
 
 enum wkind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_SOCK, W_EFD, W_BUS };
+struct chat_tmpl;
+
 struct watch {
 	int kind;
 	struct client *c;
@@ -107,6 +109,8 @@ struct sreq {
 struct server {
 	struct engine *eng;
 	const struct tokenizer *tok;
+	struct chat_tmpl *chat; /* NULL: the model has no usable chat template */
+	char chat_why[160];     /* then why, for the chat requests refused */
 	int n_ctx, n_vocab, max_piece;
 	int lfd, epfd, sfd, wake_efd;
 	char path[108];

@@ -123,6 +123,8 @@ static int client_nreqs(struct client *c)
 static int fits_at_once(struct server *s, const struct pg_sqe *e, const char *buf, size_t len, char *msg, size_t ml)
 {
 	int64_t room = (int64_t)s->n_ctx - ((e->flags & PG_SUBMIT_CLAMP) ? 1 : e->max_tokens);
+	if (e->flags & PG_SUBMIT_CHAT) /* the JSON's bytes bound nothing until rendered */
+		return 0;
 	if (e->flags & PG_SUBMIT_IDS) {
 		if ((int64_t)(len / 4) <= room)
 			return 0;
