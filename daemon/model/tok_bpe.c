@@ -12,8 +12,7 @@
  * points themselves (non-ASCII whitespace as 0x0B). The expressions are the
  * ones of the models' tokenizer.json files, as llama.cpp adapts them.
  */
-#define TOKENIZER_INTERNAL
-#include "daemon/model/tokenizer.h"
+#include "daemon/model/tok_internal.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

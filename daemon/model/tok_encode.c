@@ -1,8 +1,7 @@
 /* daemon/model/tok_encode.c — tok_encode: special-token partition (as
  * llama.cpp's tokenizer_st_partition), BOS/EOS, and the SentencePiece-style
  * encoder (llama.cpp's SPM bigram merge with byte fallback). */
-#define TOKENIZER_INTERNAL
-#include "daemon/model/tokenizer.h"
+#include "daemon/model/tok_internal.h"
 
 #include <ctype.h>
 #include <limits.h>

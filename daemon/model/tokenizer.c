@@ -1,10 +1,8 @@
 /* daemon/model/tokenizer.c — loading, special tokens, pieces, decoding and
  * streaming. The encoders are in tok_encode.c (special-token partition, SPM)
  * and tok_bpe.c (pre-tokenizers, BPE merges); tok_unidata.c holds the
- * Unicode category table. Internals are in tokenizer.h's TOKENIZER_INTERNAL
- * section. */
-#define TOKENIZER_INTERNAL
-#include "daemon/model/tokenizer.h"
+ * Unicode category table. Internals are in tok_internal.h. */
+#include "daemon/model/tok_internal.h"
 #include "daemon/model/gguf.h"
 
 #include <ctype.h>
@@ -446,20 +444,16 @@ static int load_merges(struct tokenizer *t, const struct gguf_file *f, char *err
 	return 0;
 }
 
-int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_t errlen)
+/* tokenizer.ggml.model and, for BPE, tokenizer.ggml.pre: the type and the
+ * defaults llama.cpp gives it. *pre is the pre-tokenizer name ({0} for SPM). */
+static int load_model(struct tokenizer *t, const struct gguf_file *f, struct gguf_str *pre, char *err,
+		      size_t errlen)
 {
-	*out = NULL;
-	struct gguf_str model = { 0 }, pre = { 0 };
+	struct gguf_str model = { 0 };
 	if (!gguf_get_str(f, "tokenizer.ggml.model", &model)) {
 		seterr(err, errlen, "tokenizer: tokenizer.ggml.model missing or not a string");
 		return -1;
 	}
-	struct tokenizer *t = calloc(1, sizeof *t);
-	if (!t) {
-		seterr(err, errlen, "tokenizer: out of memory");
-		return -1;
-	}
-	const struct pre_def *pd = NULL;
 	if (gguf_str_eq(model, "llama")) {
 		t->type = TOKP_SPM;
 		t->bos = 1;
@@ -469,80 +463,97 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 		t->add_bos = true;
 		snprintf(t->model_name, sizeof t->model_name, "llama");
 	} else if (gguf_str_eq(model, "gpt2")) {
+		const struct pre_def *pd = NULL;
 		t->type = TOKP_BPE;
 		t->bos = 11;
 		t->eos = 11;
 		t->unk = -1;
 		snprintf(t->model_name, sizeof t->model_name, "gpt2");
-		if (!gguf_get_str(f, "tokenizer.ggml.pre", &pre) || pre.len == 0) {
+		if (!gguf_get_str(f, "tokenizer.ggml.pre", pre) || pre->len == 0) {
 			pd = &pre_defs[0];
 		} else {
 			for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0]; i++)
-				if (name_in(pre_defs[i].names, pre.ptr, pre.len)) {
+				if (name_in(pre_defs[i].names, pre->ptr, pre->len)) {
 					pd = &pre_defs[i];
 					break;
 				}
 			if (!pd) {
 				seterr(err, errlen, "tokenizer: unknown pre-tokenizer type '%.*s'",
-				       (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
-				goto fail;
+				       (int)(pre->len > 64 ? 64 : pre->len), pre->ptr);
+				return -1;
 			}
 		}
-		snprintf(t->pre_name, sizeof t->pre_name, "%.*s", (int)(pre.len > 60 ? 60 : pre.len),
-			 pre.len ? pre.ptr : "default");
+		snprintf(t->pre_name, sizeof t->pre_name, "%.*s", (int)(pre->len > 60 ? 60 : pre->len),
+			 pre->len ? pre->ptr : "default");
 		t->pre = pd->kind;
 		t->ignore_merges = pd->ignore_merges;
 		t->add_bos = pd->add_bos;
-		if (name_in("glm4|chatglm-bpe", pre.ptr, pre.len))
+		if (name_in("glm4|chatglm-bpe", pre->ptr, pre->len))
 			t->bos = -1;
 	} else {
 		seterr(err, errlen, "tokenizer: unsupported tokenizer model '%.*s'",
 		       (int)(model.len > 64 ? 64 : model.len), model.ptr);
-		goto fail;
+		return -1;
 	}
 	t->eot = t->eom = t->pad = t->sep = -1;
 	t->fim_pad = t->fim_rep = t->fim_sep = -1;
 	bool bv;
 	if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &bv))
 		t->add_space_prefix = bv;
+	return 0;
+}
 
-	/* tokens */
+static uint32_t token_attr(int64_t type)
+{
+	switch (type) {
+	case 1: return TOKA_NORMAL;
+	case 2: return TOKA_UNKNOWN;
+	case 3: return TOKA_CONTROL;
+	case 4: return TOKA_USER_DEFINED;
+	case 5: return TOKA_UNUSED;
+	case 6: return TOKA_BYTE;
+	default: return 0;
+	}
+}
+
+/* tokenizer.ggml.tokens, scores and token_type: the text arena, the entries
+ * and the text -> id table. */
+static int load_tokens(struct tokenizer *t, const struct gguf_file *f, char *err, size_t errlen)
+{
 	const struct gguf_array *toks = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_STRING);
 	if (!toks) {
 		seterr(err, errlen, "tokenizer: tokenizer.ggml.tokens missing or not an array of strings");
-		goto fail;
+		return -1;
 	}
 	if (toks->n == 0 || toks->n > INT32_MAX / 2) {
 		seterr(err, errlen, "tokenizer: bad vocabulary size %llu", (unsigned long long)toks->n);
-		goto fail;
+		return -1;
 	}
 	uint32_t n = (uint32_t)toks->n;
 	t->n_vocab = (int)n;
-	const struct gguf_kv *skv = gguf_find(f, "tokenizer.ggml.scores");
-	const struct gguf_array *scores = NULL;
-	if (skv) {
+	const struct gguf_array *scores = NULL, *types = NULL;
+	if (gguf_find(f, "tokenizer.ggml.scores")) {
 		scores = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_FLOAT32);
 		if (!scores)
 			scores = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_INT32);
 		if (!scores) {
 			seterr(err, errlen, "tokenizer: tokenizer.ggml.scores has the wrong type");
-			goto fail;
+			return -1;
 		}
 		if (scores->n < n) {
 			seterr(err, errlen, "tokenizer: %llu scores for %u tokens", (unsigned long long)scores->n, n);
-			goto fail;
+			return -1;
 		}
 	}
-	const struct gguf_array *types = NULL;
 	if (gguf_find(f, "tokenizer.ggml.token_type")) {
 		types = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_INT32);
 		if (!types) {
 			seterr(err, errlen, "tokenizer: tokenizer.ggml.token_type is not an array of int32");
-			goto fail;
+			return -1;
 		}
 		if (types->n < n) {
 			seterr(err, errlen, "tokenizer: %llu token types for %u tokens", (unsigned long long)types->n, n);
-			goto fail;
+			return -1;
 		}
 	}
 	size_t total = 0;
@@ -555,7 +566,7 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 	t->eog = calloc(n, 1);
 	if (!t->tok || !t->arena || !t->ttab || !t->eog) {
 		seterr(err, errlen, "tokenizer: out of memory for %u tokens", n);
-		goto fail;
+		return -1;
 	}
 	size_t off = 0;
 	for (uint32_t i = 0; i < n; i++) {
@@ -571,18 +582,7 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 		if (e->len > t->max_token_len)
 			t->max_token_len = e->len;
 		e->score = scores ? (float)gguf_arr_f64(scores, i) : 0.0f;
-		e->attr = TOKA_NORMAL;
-		if (types) {
-			switch (gguf_arr_i64(types, i)) {
-			case 1: e->attr = TOKA_NORMAL; break;
-			case 2: e->attr = TOKA_UNKNOWN; break;
-			case 3: e->attr = TOKA_CONTROL; break;
-			case 4: e->attr = TOKA_USER_DEFINED; break;
-			case 5: e->attr = TOKA_UNUSED; break;
-			case 6: e->attr = TOKA_BYTE; break;
-			default: e->attr = 0; break;
-			}
-		}
+		e->attr = types ? token_attr(gguf_arr_i64(types, i)) : TOKA_NORMAL;
 		/* text -> id; a repeated text maps to its last id */
 		uint64_t h = hash_bytes(t->arena + e->off, e->len);
 		uint32_t j = (uint32_t)h & t->tmask;
@@ -596,11 +596,13 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 		}
 		t->ttab[j] = i + 1;
 	}
+	return 0;
+}
 
-	if (t->type == TOKP_BPE && load_merges(t, f, err, errlen))
-		goto fail;
-
-	/* byte tokens */
+/* The token of each byte (SPM: <0xNN>, else the byte itself; BPE: the GPT-2
+ * map's code point) and the GPT-2 map both ways. */
+static void init_byte_maps(struct tokenizer *t)
+{
 	for (int b = 0; b < 256; b++) {
 		char buf[8];
 		if (t->type == TOKP_SPM) {
@@ -625,8 +627,12 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 		t->byte_enc_len[b] = (uint8_t)tokp_encode_cp(cp, u);
 		memcpy(t->byte_enc[b], u, t->byte_enc_len[b]);
 	}
+}
 
-	/* special ids from the keys */
+/* Special ids and add_bos / add_eos from the tokenizer.ggml.* keys; an id
+ * out of range is none. */
+static void load_special_ids(struct tokenizer *t, const struct gguf_file *f)
+{
 	struct {
 		const char *key;
 		int32_t *id;
@@ -643,18 +649,24 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 		{ "tokenizer.ggml.fim_sep_token_id", &t->fim_sep },
 	};
 	for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) {
-		if (*sk[i].id >= (int32_t)n)
+		if (*sk[i].id >= t->n_vocab)
 			*sk[i].id = -1;
 		uint32_t v;
-		if (gguf_get_u32(f, sk[i].key, &v) && v < n)
+		if (gguf_get_u32(f, sk[i].key, &v) && v < (uint32_t)t->n_vocab)
 			*sk[i].id = (int32_t)v;
 	}
+	bool bv;
 	if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &bv))
 		t->add_bos = bv;
 	if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &bv))
 		t->add_eos = bv;
+}
 
-	/* tokens llama.cpp recognises by their text */
+/* EOT, EOM and the FIM tokens the keys did not name, found by their text as
+ * llama.cpp does (and marked CONTROL); control tokens named "unused" are
+ * UNUSED. */
+static void detect_special_by_text(struct tokenizer *t)
+{
 	static const char *const eot_names[] = { "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
 		"<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
 		"<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "<end_of_utterance>", NULL };
@@ -682,31 +694,35 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 		t->fim_sep = detect_by_text(t, fim_sep_names);
 	/* FIM prefix/suffix/middle: only their CONTROL marking matters here
 	 * (llama.cpp picks one per kind; we mark the lowest id of each). */
-	{
-		static const int groups[4] = { 0, 8, 16, 24 };
-		for (int g = 0; g < 3; g++) {
-			int32_t best = -1;
-			for (int k = groups[g]; k < groups[g + 1]; k++) {
-				int32_t id = find_cstr(t, fim_other[k]);
-				if (id >= 0 && (best < 0 || id < best))
-					best = id;
-			}
-			if (best >= 0)
-				t->tok[best].attr |= TOKA_CONTROL;
+	static const int groups[4] = { 0, 8, 16, 24 };
+	for (int g = 0; g < 3; g++) {
+		int32_t best = -1;
+		for (int k = groups[g]; k < groups[g + 1]; k++) {
+			int32_t id = find_cstr(t, fim_other[k]);
+			if (id >= 0 && (best < 0 || id < best))
+				best = id;
 		}
+		if (best >= 0)
+			t->tok[best].attr |= TOKA_CONTROL;
 	}
-	/* unused control tokens */
-	for (uint32_t i = 0; i < n; i++) {
+	for (int i = 0; i < t->n_vocab; i++) {
 		struct tokp_entry *e = &t->tok[i];
 		if ((e->attr & TOKA_CONTROL) && !(e->attr & TOKA_UNUSED) &&
 		    memmem(t->arena + e->off, e->len, "unused", 6))
 			e->attr |= TOKA_UNUSED;
 	}
-	/* end of generation */
+}
+
+/* The end-of-generation set, as llama.cpp builds it: the special ids, the
+ * tokens known by text, and its two exceptions (gpt-oss's <|end|>, and
+ * </s> beside <|tool_response>). */
+static void mark_eog(struct tokenizer *t)
+{
 	static const char *const eog_names[] = { "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
 		"<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
 		"_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
 		"<|tool_response>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[", NULL };
+	static const char *const render[] = { "<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL };
 	if (t->fim_pad >= 0)
 		t->eog[t->fim_pad] = 1;
 	if (t->fim_rep >= 0)
@@ -720,7 +736,6 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 			t->tok[id].attr |= TOKA_CONTROL;
 		}
 	}
-	static const char *const render[] = { "<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL };
 	for (const char *const *p = render; *p; p++) {
 		int32_t id = find_cstr(t, *p);
 		if (id >= 0)
@@ -732,99 +747,127 @@ int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_
 		t->eog[t->eot] = 1;
 	if (t->eom >= 0)
 		t->eog[t->eom] = 1;
-	{
-		int32_t ret = find_cstr(t, "<|return|>"), call = find_cstr(t, "<|call|>"),
-			calls = find_cstr(t, "<|calls|>"), flush = find_cstr(t, "<|flush|>"),
-			end = find_cstr(t, "<|end|>");
-		bool has_ret = ret >= 0 && t->eog[ret];
-		bool has_call = (call >= 0 && t->eog[call]) || (calls >= 0 && t->eog[calls]);
-		bool has_flush = flush >= 0 && t->eog[flush];
-		bool has_end = end >= 0 && t->eog[end];
-		if ((has_ret && has_call && has_end) || (has_call && has_flush && has_end)) {
-			t->eog[end] = 0;
-			t->tok[end].attr = TOKA_USER_DEFINED;
-		}
-		int32_t tr = find_cstr(t, "<|tool_response>"), s = find_cstr(t, "</s>");
-		if (tr >= 0 && t->eog[tr] && s >= 0 && t->eog[s]) {
-			t->eog[s] = 0;
-			t->tok[s].attr = TOKA_NORMAL;
-		}
+	int32_t ret = find_cstr(t, "<|return|>"), call = find_cstr(t, "<|call|>"),
+		calls = find_cstr(t, "<|calls|>"), flush = find_cstr(t, "<|flush|>"),
+		end = find_cstr(t, "<|end|>");
+	bool has_ret = ret >= 0 && t->eog[ret];
+	bool has_call = (call >= 0 && t->eog[call]) || (calls >= 0 && t->eog[calls]);
+	bool has_flush = flush >= 0 && t->eog[flush];
+	bool has_end = end >= 0 && t->eog[end];
+	if ((has_ret && has_call && has_end) || (has_call && has_flush && has_end)) {
+		t->eog[end] = 0;
+		t->tok[end].attr = TOKA_USER_DEFINED;
 	}
+	int32_t tr = find_cstr(t, "<|tool_response>"), s = find_cstr(t, "</s>");
+	if (tr >= 0 && t->eog[tr] && s >= 0 && t->eog[s]) {
+		t->eog[s] = 0;
+		t->tok[s].attr = TOKA_NORMAL;
+	}
+}
 
-	/* special tokens, longest first (ties by id) */
-	for (uint32_t i = 0; i < n; i++)
-		if (t->tok[i].attr & (TOKA_CONTROL | TOKA_USER_DEFINED | TOKA_UNKNOWN))
+/* The special (control, user-defined, unknown) tokens, longest first, ties
+ * by id: the order the partition tries them in. */
+static int collect_special(struct tokenizer *t, char *err, size_t errlen)
+{
+	const uint32_t special = TOKA_CONTROL | TOKA_USER_DEFINED | TOKA_UNKNOWN;
+	for (int i = 0; i < t->n_vocab; i++)
+		if (t->tok[i].attr & special)
 			t->n_special++;
 	t->special = malloc((size_t)(t->n_special ? t->n_special : 1) * sizeof *t->special);
 	if (!t->special) {
 		seterr(err, errlen, "tokenizer: out of memory");
-		goto fail;
+		return -1;
 	}
 	t->n_special = 0;
-	for (uint32_t i = 0; i < n; i++)
-		if (t->tok[i].attr & (TOKA_CONTROL | TOKA_USER_DEFINED | TOKA_UNKNOWN))
-			t->special[t->n_special++] = (int32_t)i;
+	for (int i = 0; i < t->n_vocab; i++)
+		if (t->tok[i].attr & special)
+			t->special[t->n_special++] = i;
 	qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special, t);
+	return 0;
+}
 
-	/* pieces (special = true) */
-	{
-		char *buf = NULL;
-		size_t cap = 0, len = 0, ptotal = 0, pcap = 0;
-		for (uint32_t i = 0; i < n; i++) {
-			if (make_piece(t, (int32_t)i, &buf, &cap, &len) ||
-			    tokp_reserve((void **)&t->parena, &pcap, ptotal + len + 1, 1)) {
-				free(buf);
-				seterr(err, errlen, "tokenizer: out of memory");
-				goto fail;
-			}
-			memcpy(t->parena + ptotal, buf, len);
-			t->tok[i].poff = (uint32_t)ptotal;
-			t->tok[i].plen = (uint32_t)len;
-			ptotal += len;
-			if ((int)len > t->max_piece)
-				t->max_piece = (int)len;
+/* Every token's piece (special = true) into parena, and the longest. */
+static int build_pieces(struct tokenizer *t, char *err, size_t errlen)
+{
+	char *buf = NULL;
+	size_t cap = 0, len = 0, ptotal = 0, pcap = 0;
+	for (int i = 0; i < t->n_vocab; i++) {
+		if (make_piece(t, i, &buf, &cap, &len) ||
+		    tokp_reserve((void **)&t->parena, &pcap, ptotal + len + 1, 1)) {
+			free(buf);
+			seterr(err, errlen, "tokenizer: out of memory");
+			return -1;
 		}
-		free(buf);
+		memcpy(t->parena + ptotal, buf, len);
+		t->tok[i].poff = (uint32_t)ptotal;
+		t->tok[i].plen = (uint32_t)len;
+		ptotal += len;
+		if ((int)len > t->max_piece)
+			t->max_piece = (int)len;
 	}
+	free(buf);
+	return 0;
+}
 
-	/* per-token lstrip / rstrip, by model name as llama.cpp does */
-	{
-		struct gguf_str name = { 0 };
-		char lname[256] = "";
-		if (gguf_get_str(f, "general.name", &name)) {
-			size_t l = name.len < sizeof lname - 1 ? name.len : sizeof lname - 1;
-			for (size_t i = 0; i < l; i++)
-				lname[i] = (char)tolower((unsigned char)name.ptr[i]);
-			lname[l] = 0;
-		}
-		struct gguf_str arch = { 0 };
-		bool jina = pre.len && (memmem(pre.ptr, pre.len, "jina-v2-de", 10) ||
-					memmem(pre.ptr, pre.len, "jina-v2-es", 10) ||
-					memmem(pre.ptr, pre.len, "jina-v2-code", 12));
-		if (gguf_get_str(f, "general.architecture", &arch) &&
-		    (memmem(arch.ptr, arch.len, "nomic-bert-moe", 14) || memmem(arch.ptr, arch.len, "jina-bert-v3", 12)))
-			jina = true;
-		if (jina) {
-			int32_t id = find_cstr(t, "<mask>");
-			if (id >= 0)
-				t->tok[id].attr |= TOKA_LSTRIP;
-		} else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
-			for (int i = 0; i < t->n_special; i++)
-				t->tok[t->special[i]].attr |= TOKA_RSTRIP;
-			int32_t id = find_cstr(t, "</s>");
-			if (id >= 0)
-				t->tok[id].attr |= TOKA_RSTRIP;
-			static const char *const no[] = { "<unk>", "<s>", "<|endoftext|>", NULL };
-			for (const char *const *p = no; *p; p++)
-				if ((id = find_cstr(t, *p)) >= 0)
-					t->tok[id].attr &= ~(uint32_t)TOKA_RSTRIP;
-		} else if (strstr(lname, "modern-bert")) {
-			int32_t id = find_cstr(t, "[MASK]");
-			if (id >= 0)
-				t->tok[id].attr |= TOKA_LSTRIP;
-		}
+/* Per-token lstrip / rstrip, chosen by model name as llama.cpp does. */
+static void apply_strip_rules(struct tokenizer *t, const struct gguf_file *f, struct gguf_str pre)
+{
+	struct gguf_str name = { 0 };
+	char lname[256] = "";
+	if (gguf_get_str(f, "general.name", &name)) {
+		size_t l = name.len < sizeof lname - 1 ? name.len : sizeof lname - 1;
+		for (size_t i = 0; i < l; i++)
+			lname[i] = (char)tolower((unsigned char)name.ptr[i]);
+		lname[l] = 0;
 	}
+	struct gguf_str arch = { 0 };
+	bool jina = pre.len && (memmem(pre.ptr, pre.len, "jina-v2-de", 10) ||
+				memmem(pre.ptr, pre.len, "jina-v2-es", 10) ||
+				memmem(pre.ptr, pre.len, "jina-v2-code", 12));
+	if (gguf_get_str(f, "general.architecture", &arch) &&
+	    (memmem(arch.ptr, arch.len, "nomic-bert-moe", 14) || memmem(arch.ptr, arch.len, "jina-bert-v3", 12)))
+		jina = true;
+	if (jina) {
+		int32_t id = find_cstr(t, "<mask>");
+		if (id >= 0)
+			t->tok[id].attr |= TOKA_LSTRIP;
+	} else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
+		for (int i = 0; i < t->n_special; i++)
+			t->tok[t->special[i]].attr |= TOKA_RSTRIP;
+		int32_t id = find_cstr(t, "</s>");
+		if (id >= 0)
+			t->tok[id].attr |= TOKA_RSTRIP;
+		static const char *const no[] = { "<unk>", "<s>", "<|endoftext|>", NULL };
+		for (const char *const *p = no; *p; p++)
+			if ((id = find_cstr(t, *p)) >= 0)
+				t->tok[id].attr &= ~(uint32_t)TOKA_RSTRIP;
+	} else if (strstr(lname, "modern-bert")) {
+		int32_t id = find_cstr(t, "[MASK]");
+		if (id >= 0)
+			t->tok[id].attr |= TOKA_LSTRIP;
+	}
+}
 
+int tok_load(const struct gguf_file *f, struct tokenizer **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	struct tokenizer *t = calloc(1, sizeof *t);
+	if (!t) {
+		seterr(err, errlen, "tokenizer: out of memory");
+		return -1;
+	}
+	struct gguf_str pre = { 0 };
+	if (load_model(t, f, &pre, err, errlen) || load_tokens(t, f, err, errlen))
+		goto fail;
+	if (t->type == TOKP_BPE && load_merges(t, f, err, errlen))
+		goto fail;
+	init_byte_maps(t);
+	load_special_ids(t, f);
+	detect_special_by_text(t);
+	mark_eog(t);
+	if (collect_special(t, err, errlen) || build_pieces(t, err, errlen))
+		goto fail;
+	apply_strip_rules(t, f, pre);
 	if (t->type == TOKP_BPE && tokp_pre_init(t, err, errlen))
 		goto fail;
 	*out = t;
