@@ -108,9 +108,12 @@ $(BUILD)/$(1): $(call obj,$(wildcard tools/$(1)/*.c)) $(ENGINE_LIB) $(CLIENT_DEP
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
+# A test of a tool's insides links that tool's object (never its main.o).
+$(BUILD)/tests/test_mkmodel: $(call obj,tools/pagoda-mkmodel/mkmodel.c)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
 
 # The GPU tests build everywhere (they dlopen the CUDA library) and skip
 # without a device; tests/gpu/run.sh runs them where one is.

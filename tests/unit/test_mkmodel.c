@@ -2,17 +2,29 @@
  * with the metadata, tensor names, shapes, types and sizes it promises,
  * deterministically, and refuses bad shapes with an error.
  *
- * The tool's source is compiled in (MKMODEL_NO_MAIN) and run in-process, so
- * this test needs no other build product and runs under the sanitizers.
+ * The tool's writer (tools/pagoda-mkmodel/mkmodel.c) is linked in and run
+ * in-process, so this test needs no other build product and runs under the
+ * sanitizers.
  * When $PAGODA_BUILD/pagoda-mkmodel exists, its output is also compared
  * byte for byte with the in-process one.
  */
-#define MKMODEL_NO_MAIN
-#include "tools/pagoda-mkmodel/mkmodel.c"
+#include "tools/pagoda-mkmodel/mkmodel.h"
+#include "daemon/model/gguf.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/types.h"
 
 #include "tests/unit/testdata.h"
 
 #include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 

@@ -8,7 +8,7 @@
  * and quantized in parallel a batch at a time and streamed to OUT.tmp, which
  * is renamed to OUT at the end.
  *
- * The unit test includes this file with MKMODEL_NO_MAIN defined and calls
+ * main.c holds main(); the unit test links this file and calls
  * mkmodel_main() in-process.
  */
 #include <errno.h>
@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/pagoda-mkmodel/mkmodel.h"
 #include "daemon/model/gguf.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/types.h"
@@ -870,7 +871,6 @@ static void mk_human(char *buf, size_t n, double bytes)
 		snprintf(buf, n, "%.1f KiB", bytes / 1024.0);
 }
 
-int mkmodel_main(int argc, char **argv);
 int mkmodel_main(int argc, char **argv)
 {
 	struct mk_opts o;
@@ -1102,10 +1102,3 @@ out:
 		gguf_close(src);
 	return rc;
 }
-
-#ifndef MKMODEL_NO_MAIN
-int main(int argc, char **argv)
-{
-	return mkmodel_main(argc, argv);
-}
-#endif
