@@ -1,6 +1,6 @@
 # pagoda — top-level entry points. The build itself lives in mk/build.mk;
 # this wrapper first makes sure the system packages it needs are present.
-.PHONY: all deps check check-asan run bench install uninstall clean fuzz
+.PHONY: all deps check check-asan run bench testdata install uninstall clean fuzz
 BUILD ?= build
 SUB = $(MAKE) --no-print-directory -f mk/build.mk BUILD=$(BUILD)
 
@@ -14,7 +14,7 @@ check: deps
 	+@$(SUB) check
 
 check-asan: deps
-	+@$(MAKE) --no-print-directory -f mk/build.mk BUILD=build-asan SAN=address,undefined check-unit
+	+@$(MAKE) --no-print-directory -f mk/build.mk BUILD=build-asan SAN=address,undefined check-unit check-integration
 
 fuzz: deps
 	+@$(SUB) fuzz
@@ -24,6 +24,9 @@ run: deps
 
 bench: deps
 	+@$(SUB) bench
+
+testdata: deps
+	+@$(SUB) testdata
 
 install: deps
 	+@$(SUB) install

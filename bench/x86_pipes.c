@@ -44,7 +44,7 @@ static double ghz;
 /* the best of 5: the machine is shared */
 #define RUN(name, body)                                                                            \
 	do {                                                                                       \
-		double best = 1e30;                                                                \
+		double rbest = 1e30;                                                                  \
 		for (int k = 0; k < 5; k++) {                                                      \
 			double t = now();                                                          \
 			for (long i = 0; i < REPS; i++)                                            \
@@ -55,9 +55,9 @@ static double ghz;
 						   "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26",  \
 						   "xmm27");                                              \
 			t = now() - t;                                                             \
-			best = t < best ? t : best;                                                \
+			rbest = t < rbest ? t : rbest;                                                \
 		}                                                                                  \
-		printf("%-26s %5.2f\n", name, best * ghz * 1e9 / REPS);                            \
+		printf("%-26s %5.2f\n", name, rbest * ghz * 1e9 / REPS);                            \
 	} while (0)
 
 int main(void)

@@ -23,12 +23,15 @@ AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
 
 KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
-ENGINE_SRCS := $(wildcard daemon/model/*.c daemon/kv/*.c daemon/engine/*.c daemon/util/*.c daemon/template/*.c daemon/chat/*.c)
+ENGINE_SRCS := $(wildcard daemon/model/*.c daemon/kv/*.c daemon/engine/*.c daemon/template/*.c daemon/chat/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c)
 DAEMON_SRCS := $(wildcard daemon/server/*.c)
 SERVER_SRCS := $(filter-out daemon/server/main.c,$(DAEMON_SRCS))
 TOOLS := $(notdir $(patsubst %/,%,$(wildcard tools/*/)))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+INTEG_SRCS := $(wildcard tests/integration/test_*.c)
+# bench/peer_*.c link llama.cpp's ggml: `make bench` builds them with the peer.
+BENCH_SRCS := $(filter-out bench/peer_%,$(wildcard bench/*.c))
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -37,6 +40,8 @@ SERVER_LIB := $(if $(SERVER_SRCS),$(BUILD)/libpagoda-server.a)
 CLIENT_A := $(BUILD)/libpagoda.a
 CLIENT_SO := $(BUILD)/libpagoda.so
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
+INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRCS))
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/bin/%,$(BENCH_SRCS))
 TOOL_BINS := $(addprefix $(BUILD)/,$(TOOLS))
 DAEMON_BIN := $(if $(DAEMON_SRCS),$(BUILD)/pagodad)
 
@@ -66,9 +71,9 @@ $(BUILD)/tests/gpu/host_check: tests/gpu/host_check.cu kernels/cuda/common.cuh $
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(ENGINE_LIB) $(filter-out -pthread,$(LDLIBS)) -lpthread
 
-.PHONY: all check check-unit check-e2e check-gpu fuzz run bench install uninstall
+.PHONY: all check check-unit check-integration check-e2e check-gpu fuzz run bench testdata install uninstall
 all: $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A) $(CLIENT_SO)) $(TOOL_BINS) $(DAEMON_BIN) $(UNIT_BINS) \
-	$(CUDA_LIB) $(CUDA_HOST_CHECK) $(GPU_TEST_BINS)
+	$(INTEG_BINS) $(BENCH_BINS) $(CUDA_LIB) $(CUDA_HOST_CHECK) $(GPU_TEST_BINS)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(@D)
@@ -121,16 +126,40 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(ENGINE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(LDLIBS)
 
+$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
+
+# The bench programs, built with the project's warnings so that CI compiles
+# them; bench/run.sh builds its own -march=native copies to measure with.
+$(BUILD)/obj/bench/x86_pipes.o: CFLAGS += $(AVX512_FLAGS)
+$(BUILD)/bench/bin/%: $(BUILD)/obj/bench/%.o $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(LDLIBS)
+
 # ---- tests -----------------------------------------------------------------
 export PAGODA_BUILD := $(abspath $(BUILD))
-# One after another: the e2e tests run daemons and must not race the build.
+# The conformance data: ../shared/testdata where it exists, else what
+# `make testdata` made in $(BUILD)/testdata. The environment wins.
+PAGODA_TESTDATA ?= $(abspath $(firstword $(wildcard ../shared/testdata $(BUILD)/testdata)))
+export PAGODA_TESTDATA
+export PAGODA_SKIPLOG := $(abspath $(BUILD))/check-skips.log
+# One after another: the integration and e2e tests run daemons and must not
+# race the build. The last line counts what was skipped, and why.
 check: all
-	@$(MAKE) --no-print-directory -f mk/build.mk check-unit
-	@$(MAKE) --no-print-directory -f mk/build.mk check-e2e
-	@$(MAKE) --no-print-directory -f mk/build.mk fuzz
+	@: >$(PAGODA_SKIPLOG)
+	@$(MAKE) --no-print-directory -f mk/build.mk check-unit; u=$$?; \
+	$(MAKE) --no-print-directory -f mk/build.mk check-integration; i=$$?; \
+	$(MAKE) --no-print-directory -f mk/build.mk check-e2e; e=$$?; \
+	$(MAKE) --no-print-directory -f mk/build.mk fuzz; f=$$?; \
+	sh tests/skips.sh $(PAGODA_SKIPLOG); \
+	[ $$u -eq 0 ] && [ $$i -eq 0 ] && [ $$e -eq 0 ] && [ $$f -eq 0 ]
 
-check-unit: $(UNIT_BINS) $(DAEMON_BIN)
+check-unit: $(UNIT_BINS)
 	@sh tests/run-unit.sh $(UNIT_BINS)
+
+check-integration: $(INTEG_BINS) $(DAEMON_BIN)
+	@SUITE=integration sh tests/run-unit.sh $(INTEG_BINS)
 
 check-e2e: all
 	@sh tests/run-e2e.sh
@@ -159,6 +188,11 @@ run: all
 
 bench: all
 	@sh bench/run.sh
+
+# Conformance data from the peer (llama.cpp, mk/peer.sh) into $(BUILD)/testdata:
+# long, optional, never part of check.
+testdata: all
+	@sh tests/make-testdata.sh
 
 # ---- install ---------------------------------------------------------------
 install: all

@@ -7,6 +7,11 @@ for f in "$@"; do
 	corpus="${PAGODA_BUILD:-build}/fuzz/corpus-$name"
 	mkdir -p "$corpus"
 	# Seeds are made at run time (test data stays outside the repo).
+	if [ -x "tests/fuzz/seed-$name.sh" ] && [ -z "${PAGODA_TESTDATA:-}" ]; then
+		echo "SKIP: $name: seeds from test data (PAGODA_TESTDATA unset)" >&2
+		[ -n "${PAGODA_SKIPLOG:-}" ] &&
+			echo "fuzz $name: seeds from test data (PAGODA_TESTDATA unset)" >>"$PAGODA_SKIPLOG"
+	fi
 	[ -x "tests/fuzz/seed-$name.sh" ] && sh "tests/fuzz/seed-$name.sh" "$corpus"
 	if "$f" -artifact_prefix="${PAGODA_BUILD:-build}/fuzz/$name-" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 "$corpus" \
 		> "${PAGODA_BUILD:-build}/fuzz/$name.log" 2>&1; then

@@ -434,7 +434,7 @@ START_TEST(test_iq4_orders_independent_of_placement_and_chunking)
 	char mk[4096], path[256], cmd[8192];
 	snprintf(mk, sizeof mk, "%s/pagoda-mkmodel", build ? build : "build");
 	if (access(mk, X_OK) != 0) {
-		fprintf(stderr, "skip: no %s\n", mk);
+		fprintf(stderr, "SKIP: %s not built\n", mk);
 		return;
 	}
 	enum { N = 100, VOCAB = 512 };

@@ -1,4 +1,4 @@
-/* tests/unit/test_e2e_daemon.c — a real pagodad ($PAGODA_BUILD/pagodad, or
+/* tests/integration/test_e2e_daemon.c — a real pagodad ($PAGODA_BUILD/pagodad, or
  * build/pagodad) on a temporary socket with stories260K.gguf, real clients
  * through libpagoda (and raw, hostile ones through the bare protocol).
  *

@@ -1,4 +1,4 @@
-/* tests/unit/test_dbus.c — pagodad's D-Bus object against a private
+/* tests/integration/test_dbus.c — pagodad's D-Bus object against a private
  * dbus-daemon started by the test (its own config: a session-type bus that
  * lets every uid connect and call, so that what refuses a caller is the
  * daemon's own check, not the bus policy).

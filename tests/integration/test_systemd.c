@@ -1,4 +1,4 @@
-/* tests/unit/test_systemd.c — pagodad under a pretend systemd: the test owns
+/* tests/integration/test_systemd.c — pagodad under a pretend systemd: the test owns
  * the NOTIFY_SOCKET datagram socket and sets WATCHDOG_USEC / WATCHDOG_PID,
  * as the service manager would, then checks what the daemon tells it:
  * STATUS lines before READY=1, READY=1 only once the socket accepts clients,
