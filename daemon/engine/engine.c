@@ -195,7 +195,6 @@ void engine_backend_describe(const struct engine *e, char *buf, size_t len)
 }
 const struct tokenizer *engine_tokenizer(const struct engine *e) { return e->m->tok; }
 int engine_n_ctx(const struct engine *e) { return e->n_ctx; }
-int engine_event_fd(const struct engine *e) { return e->evfd; }
 
 void engine_wake(struct engine *e)
 {

@@ -125,9 +125,6 @@ int engine_step(struct engine *e);
  * true if there is work. engine_wake interrupts it. */
 bool engine_wait(struct engine *e, int timeout_ms);
 void engine_wake(struct engine *e);
-/* An fd that becomes readable when work is queued (for an epoll loop);
- * read it with engine_wait(e, 0). */
-int engine_event_fd(const struct engine *e);
 
 struct engine_stats {
 	uint64_t requests_submitted, requests_finished, requests_failed, requests_cancelled;

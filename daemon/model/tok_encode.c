@@ -195,10 +195,6 @@ out:
 	return rc;
 }
 
-int tokp_spm_encode(const struct tokenizer *t, const char *s, size_t n, struct tokp_ids *out)
-{
-	return spm_encode(t, s, n, out);
-}
 
 /* ---- tok_encode ------------------------------------------------------------ */
 

@@ -110,7 +110,6 @@ void tokp_heap_pop(struct tokp_heap *h, void *out);
 int tokp_push(struct tokp_ids *v, int32_t id);
 int tokp_pre_init(struct tokenizer *t, char *err, size_t errlen);
 void tokp_pre_free(struct tokenizer *t);
-int tokp_spm_encode(const struct tokenizer *t, const char *s, size_t n, struct tokp_ids *out);
 int tokp_bpe_encode(const struct tokenizer *t, const char *s, size_t n, struct tokp_ids *out);
 
 #endif

@@ -897,9 +897,7 @@ void tok_free(struct tokenizer *t)
 int tok_n_vocab(const struct tokenizer *t) { return t->n_vocab; }
 int32_t tok_bos(const struct tokenizer *t) { return t->bos; }
 int32_t tok_eos(const struct tokenizer *t) { return t->eos; }
-int32_t tok_eot(const struct tokenizer *t) { return t->eot; }
 bool tok_add_bos(const struct tokenizer *t) { return t->add_bos; }
-bool tok_add_eos(const struct tokenizer *t) { return t->add_eos; }
 const char *tok_model_name(const struct tokenizer *t) { return t->model_name; }
 const char *tok_pre_name(const struct tokenizer *t) { return t->pre_name; }
 int tok_max_piece(const struct tokenizer *t) { return t->max_piece; }
@@ -921,11 +919,6 @@ size_t tok_min_tokens(const struct tokenizer *t, const char *text, size_t len)
 bool tok_is_eog(const struct tokenizer *t, int32_t id)
 {
 	return id >= 0 && id < t->n_vocab && t->eog[id];
-}
-
-bool tok_is_control(const struct tokenizer *t, int32_t id)
-{
-	return id >= 0 && id < t->n_vocab && (t->tok[id].attr & (TOKA_CONTROL | TOKA_UNKNOWN));
 }
 
 /* ---- pieces, decoding, streaming ---------------------------------------- */

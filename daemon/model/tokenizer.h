@@ -35,16 +35,12 @@ void tok_free(struct tokenizer *t);
 int tok_n_vocab(const struct tokenizer *t);
 int32_t tok_bos(const struct tokenizer *t); /* -1 if none */
 int32_t tok_eos(const struct tokenizer *t); /* -1 if none */
-int32_t tok_eot(const struct tokenizer *t); /* -1 if none */
 /* tokenizer.ggml.add_bos_token, else llama.cpp's default for the model type
  * (SPM: true; BPE: true for the llama3 family, tekken, chameleon). */
 bool tok_add_bos(const struct tokenizer *t);
-bool tok_add_eos(const struct tokenizer *t);
 /* End of generation, as llama.cpp's set: EOS, EOT, EOM, FIM pad/rep/sep and
  * the tokens llama.cpp recognises by text (<|eot_id|>, <|im_end|>, ...). */
 bool tok_is_eog(const struct tokenizer *t, int32_t id);
-/* Control / unknown token (its piece is "" unless special is asked for). */
-bool tok_is_control(const struct tokenizer *t, int32_t id);
 /* "llama" (SPM) or "gpt2" (BPE), and the pre-tokenizer name ("" for SPM). */
 const char *tok_model_name(const struct tokenizer *t);
 const char *tok_pre_name(const struct tokenizer *t);

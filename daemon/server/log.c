@@ -17,7 +17,6 @@
 static _Atomic int max_level = LOG_INFO;
 
 void log_set_level(int level) { atomic_store(&max_level, level); }
-int log_get_level(void) { return atomic_load(&max_level); }
 
 int log_parse_level(const char *s)
 {

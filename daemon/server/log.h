@@ -8,7 +8,6 @@
 
 /* Messages above this priority (numerically greater) are dropped. */
 void log_set_level(int level);
-int log_get_level(void);
 /* "emerg".."debug" or 0..7; -1 if unknown. */
 int log_parse_level(const char *s);
 void log_msg(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

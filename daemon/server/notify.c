@@ -77,7 +77,6 @@ void notify_init(void)
 }
 
 bool notify_enabled(void) { return enabled; }
-uint64_t notify_watchdog_usec(void) { return wd_usec; }
 
 int notify_tick_ms(void)
 {

@@ -35,8 +35,6 @@ double notify_progress(void);
 void notify_init(void);
 /* True when a service manager listens. */
 bool notify_enabled(void);
-/* The watchdog period in microseconds; 0 when off. */
-uint64_t notify_watchdog_usec(void);
 /* The longest a loop that feeds the watchdog may sleep, in ms (-1: no limit). */
 int notify_tick_ms(void);
 

@@ -79,8 +79,6 @@ extern const struct pg_kern pg_kern_scalar;
 extern const struct pg_kern pg_kern_avx2;
 extern const struct pg_kern pg_kern_avx512;
 
-bool pg_cpu_has_avx512bf16(void);
-
 /* SIMD elementwise ops (ops_avx2.c, ops_avx512.c): ggml's vector expf of
  * the same width, so softmax and SwiGLU round as llama.cpp's build. */
 void pg_softmax_avx2(float *x, int64_t n);

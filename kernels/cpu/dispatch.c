@@ -62,8 +62,3 @@ bool pg_cpu_set_isa(const char *name)
 	return true;
 }
 
-bool pg_cpu_has_avx512bf16(void)
-{
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512bf16");
-}
