@@ -15,11 +15,8 @@
  * of 8 rows or more take llama.cpp's IQ panel gemm (iqp.cpp). Not part of
  * `make check`: CI has no llama.cpp.
  *
- *   L=build/llama.cpp; cc -O2 -I. -I$L/ggml/include -o build/peer_matmul \
- *     bench/peer_matmul.c build/libpagoda-engine.a -L$L/build/bin \
- *     -lggml -lggml-cpu -lggml-base -Wl,-rpath,$PWD/$L/build/bin -lm -pthread \
- *     $(pkg-config --libs libpcre2-8 libxxhash)
- *   build/peer_matmul
+ *   sh mk/peer.sh && make -f mk/build.mk bench-peer
+ *   build/bench/bin/peer_matmul
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,11 +9,8 @@
  * ISA this CPU runs. Prints a line per type and ISA; exit 1 on a mismatch.
  * Not part of `make check`: CI has no llama.cpp.
  *
- *   L=build/llama.cpp; cc -O2 -I. -I$L/ggml/include -o build/peer_vec_dot \
- *     bench/peer_vec_dot.c build/libpagoda-engine.a -L$L/build/bin \
- *     -lggml-cpu -lggml-base -Wl,-rpath,$PWD/$L/build/bin -lm -pthread \
- *     $(pkg-config --libs libpcre2-8 libxxhash)
- *   build/peer_vec_dot
+ *   sh mk/peer.sh && make -f mk/build.mk bench-peer
+ *   build/bench/bin/peer_vec_dot
  */
 #include <math.h>
 #include <stdio.h>

@@ -5,15 +5,16 @@
 #
 # Environment:
 #   BENCH_QUICK=1       a short smoke run: tiny models, one round, small sizes,
-#                       never installs or builds llama.cpp (uses it if present)
+#                       never builds llama.cpp (uses the peer if it is built)
 #   BENCH_ROUNDS=N      rounds of the alternating prefill/decode pairs (default 3)
 #   BENCH_THREADS=N     threads for both engines (default 2)
 #   LLAMA_CPP_BIN=DIR   use llama-bench / llama-batched-bench from DIR instead
-#                       of building build/llama.cpp from node-llama-cpp's source
+#                       of the peer mk/peer.sh builds (llama.cpp from the PyPI
+#                       sdist of llama-cpp-python, pinned there)
 #   BENCH_NO_LLAMA=1    measure pagoda alone
 #   BENCH_BACKEND=NAME  pagoda's backend (default cpu: the figures set it
 #                       against llama.cpp's CPU backend)
-#   BENCH_BUILD_LLAMA=0 do not build llama.cpp natively (node-llama-cpp alone, if installed)
+#   BENCH_BUILD_LLAMA=0 do not build the peer (use it if it is built)
 #   BENCH_PP, BENCH_TG, BENCH_SWEEP ("1 4 16 64"), BENCH_SW_PP, BENCH_SW_TG,
 #   BENCH_SW_ROUNDS, BENCH_GEN_PAIRS, BENCH_TT_PAIRS, BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N,
 #   BENCH_PFX_ROUNDS:
@@ -29,7 +30,6 @@ B=${PAGODA_BUILD:-$ROOT/build}
 QUICK=${BENCH_QUICK:-0}
 BACKEND=${BENCH_BACKEND:-cpu}
 T=${BENCH_THREADS:-2}
-NLC=node-llama-cpp@3.21.1
 W=$B/bench
 mkdir -p "$W" "$B/models"
 STAMP=$(date +%Y%m%d-%H%M%S)
@@ -95,58 +95,31 @@ fi
 MT=$B/models/tiny-f32.gguf
 mkmodel "$MT" --preset tiny || exit 1
 
-# ---- llama.cpp ----------------------------------------------------------------
-LLAMA_BIN= NODE_MODS=
+# ---- llama.cpp: the peer (mk/peer.sh) -------------------------------------------
+LLAMA_BIN= PEER_VERSION=
 if [ "${BENCH_NO_LLAMA:-0}" != 1 ]; then
-	if [ -d "$B/npm/node_modules/node-llama-cpp" ]; then
-		NODE_MODS=$B/npm/node_modules
-	elif [ "$QUICK" = 1 ]; then
-		say "llama.cpp: node-llama-cpp is not installed and a quick run installs nothing"
-	elif command -v npm >/dev/null 2>&1; then
-		say "llama.cpp: npm install --prefix $B/npm $NLC"
-		if npm install --prefix "$B/npm" --no-audit --no-fund "$NLC" >"$W/npm-install.log" 2>&1; then
-			NODE_MODS=$B/npm/node_modules
-		else
-			say "llama.cpp: npm install failed (see $W/npm-install.log): no llama.cpp figures from it"
-		fi
-	else
-		say "llama.cpp: npm is not available: skipping node-llama-cpp (install npm, or set LLAMA_CPP_BIN)"
-	fi
-	[ -n "$NODE_MODS" ] && ! command -v node >/dev/null 2>&1 && NODE_MODS= && say "llama.cpp: node is missing"
-
 	if [ -n "${LLAMA_CPP_BIN:-}" ]; then
 		if [ -x "$LLAMA_CPP_BIN/llama-bench" ] && [ -x "$LLAMA_CPP_BIN/llama-batched-bench" ]; then
 			LLAMA_BIN=$LLAMA_CPP_BIN
+			PEER_VERSION="llama.cpp from LLAMA_CPP_BIN"
 		else
 			say "llama.cpp: LLAMA_CPP_BIN=$LLAMA_CPP_BIN lacks llama-bench or llama-batched-bench: ignored"
 		fi
+	elif [ "$QUICK" = 1 ] || [ "${BENCH_BUILD_LLAMA:-1}" = 0 ]; then
+		LLAMA_BIN=$(sh mk/peer.sh built) ||
+			say "llama.cpp: the peer is not built and this run builds nothing (sh mk/peer.sh builds it)"
+	else
+		say "llama.cpp: the peer, built by mk/peer.sh if it is not yet (once; 10-20 minutes on 2 cores)"
+		LLAMA_BIN=$(sh mk/peer.sh 2>"$W/peer.log") || {
+			LLAMA_BIN=
+			say "llama.cpp: the peer did not build (see $W/peer.log)"
+		}
 	fi
-	LB=$B/llama.cpp/build/bin
-	if [ -z "$LLAMA_BIN" ] && [ -x "$LB/llama-bench" ] && [ -x "$LB/llama-batched-bench" ]; then
-		LLAMA_BIN=$LB
-	fi
-	if [ -z "$LLAMA_BIN" ] && [ "$QUICK" != 1 ] && [ -n "$NODE_MODS" ] && [ "${BENCH_BUILD_LLAMA:-1}" != 0 ]; then
-		BUNDLE=$NODE_MODS/node-llama-cpp/llama/gitRelease.bundle
-		if ! command -v cmake >/dev/null 2>&1 || ! command -v git >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
-			say "llama.cpp: cmake, git or c++ missing: no native build (apt-get install cmake g++ git)"
-		elif [ -f "$BUNDLE" ]; then
-			say "llama.cpp: building the source node-llama-cpp carries into $B/llama.cpp (once; takes a while)"
-			t0=$(date +%s)
-			{ [ -d "$B/llama.cpp/.git" ] || git clone -q "$BUNDLE" "$B/llama.cpp"; } &&
-				cmake -S "$B/llama.cpp" -B "$B/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-					-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >"$W/llama-build.log" 2>&1 &&
-				cmake --build "$B/llama.cpp/build" --target llama-bench llama-batched-bench -j "$(nproc)" \
-					>>"$W/llama-build.log" 2>&1
-			if [ -x "$LB/llama-bench" ] && [ -x "$LB/llama-batched-bench" ]; then
-				LLAMA_BIN=$LB
-				say "llama.cpp: built in $(($(date +%s) - t0)) s"
-			else
-				say "llama.cpp: the native build failed (see $W/llama-build.log)"
-			fi
-		fi
-	fi
+	[ -n "$LLAMA_BIN" ] && [ -z "$PEER_VERSION" ] && PEER_VERSION=$(sh mk/peer.sh version)
+	[ -n "$LLAMA_BIN" ] &&
+		PEER_VERSION="$PEER_VERSION; llama-bench --version: $("$LLAMA_BIN/llama-bench" --version 2>&1 | head -n1)"
 fi
-say "llama.cpp native: ${LLAMA_BIN:-none}; node-llama-cpp prebuilt: $([ -n "$NODE_MODS" ] && echo "$NODE_MODS/node-llama-cpp" || echo none)"
+say "llama.cpp: ${LLAMA_BIN:-none}${PEER_VERSION:+ ($PEER_VERSION)}"
 
 # ---- daemons ----------------------------------------------------------------
 DAEMON_PIDS=
@@ -203,7 +176,7 @@ make_prompt() { # MODEL N OUT
 	return 0
 }
 
-# ---- prefill and decode: pagoda run, pagoda generate, llama-bench, node ------------
+# ---- prefill and decode: pagoda run, pagoda generate, llama-bench ------------------
 pagoda_run() { # MODEL PROMPTFILE -> "n_prompt pp_tok_s n_gen tg_tok_s ttft_ms"
 	"$B/pagoda" run --backend "$BACKEND" -m "$1" -f "$2" -n "$TG" -t "$T" --temp 0 --ids 2>&1 >/dev/null |
 		sed -n 's/.*prompt \([0-9]*\) tokens, \([0-9.]*\) tok\/s | generated \([0-9]*\) tokens, \([0-9.]*\) tok\/s | TTFT \([0-9.]*\) ms.*/\1 \2 \3 \4 \5/p'
@@ -226,20 +199,13 @@ llama_bench() { # MODEL -> "pp_tok_s tg_tok_s tg_at_depth_PP_tok_s"
 	tgd=$(printf '%s\n' "$outd" | grep "\"n_gen\": *$TG" | head -n1)
 	echo "$(jget avg_ts "$pp") $(jget avg_ts "$tg") $(jget avg_ts "$tgd")"
 }
-llama_node() { # MODEL -> "pp_tok_s tg_tok_s"
-	nv=$("$B/pagoda" info -m "$1" 2>/dev/null | sed -n 's/.*vocab \([0-9]*\).*/\1/p' | tail -n1)
-	out=$(node bench/llama_node.mjs "$NODE_MODS" "$1" "$T" "$PP" "$TG" 1 "${nv:-32000}" 2>>"$W/llama-node.err" | tail -n1)
-	record "$out"
-	echo "$(jget pp_tok_s "$out") $(jget tg_tok_s "$out")"
-}
-
 start_daemon nocache "$M8" --threads "$T" --max-seqs 64 --no-prefix-cache
 SOCK_NOCACHE=$SOCK
 start_daemon cache "$M8" --threads "$T" --max-seqs 64
 SOCK_CACHE=$SOCK
 
 SUMMARY=$W/summary-$STAMP.txt
-: >"$SUMMARY"
+echo "peer ${PEER_VERSION:-none}" >"$SUMMARY"
 for M in "$M8" "$M4"; do
 	mname=$(basename "$M" .gguf)
 	PF=$W/prompt-$mname.txt
@@ -247,7 +213,7 @@ for M in "$M8" "$M4"; do
 	GIB=$(awk -v s="$(stat -c %s "$M")" 'BEGIN { printf "%.2f", s / 1073741824 }')
 	say ""
 	say "## prefill ($PP-token prompt) and decode ($TG tokens, from an empty context and after the prompt), $mname ($GIB GiB), $T threads, $ROUNDS rounds"
-	say "round | load | pagoda run pp / tg@0 / tg@$PP | llama-bench pp / tg@0 / tg@$PP | node-llama-cpp pp / tg@0"
+	say "round | load | pagoda run pp / tg@0 / tg@$PP | llama-bench pp / tg@0 / tg@$PP"
 	: >"$W/rounds-$mname.txt"
 	r=1
 	while [ $r -le "$ROUNDS" ]; do
@@ -263,27 +229,22 @@ for M in "$M8" "$M4"; do
 		p_tg0=${p_tg0:-NA}
 		[ "$BW" != NA ] && p_bw_after=$(jget best_gbs "$("$W/membw" "$T" "$PROBE_MIB" 4)")
 		p_bw=$(maxof "$p_bw_before" "$p_bw_after")
-		l_pp=NA l_tg=NA l_tgd=NA n_pp=NA n_tg=NA
+		l_pp=NA l_tg=NA l_tgd=NA
 		if [ -n "$LLAMA_BIN" ]; then
 			set -- $(llama_bench "$M")
 			l_pp=${1:-NA} l_tg=${2:-NA} l_tgd=${3:-NA}
 		fi
-		if [ -n "$NODE_MODS" ]; then
-			set -- $(llama_node "$M")
-			n_pp=${1:-NA} n_tg=${2:-NA}
-		fi
-		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\",\"membw_before_tg0\":\"$p_bw_before\",\"membw_after_tg0\":\"$p_bw_after\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"},\"llama_node\":{\"pp\":\"$n_pp\",\"tg\":\"$n_tg\"}}"
-		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg0") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$l_pp") / $(fmt "$l_tg") / $(fmt "$l_tgd") | $(fmt "$n_pp") / $(fmt "$n_tg")"
-		best_pp=$(maxof "$l_pp" "$n_pp") best_tg=$(maxof "$l_tg" "$n_tg")
-		echo "$p_pp $p_tg0 $best_pp $best_tg $(ratio "$p_pp" "$best_pp") $(ratio "$p_tg0" "$best_tg") NA NA $l_pp $l_tg $n_pp $n_tg $p_tg $l_tgd $(ratio "$p_tg" "$l_tgd") ${p_bw:-NA}" >>"$W/rounds-$mname.txt"
+		record "{\"what\":\"pp_tg\",\"model\":\"$mname\",\"round\":$r,\"load\":\"$ld\",\"pagoda_run\":{\"n_prompt\":\"$p_np\",\"pp\":\"$p_pp\",\"n_gen\":\"$p_ng\",\"tg\":\"$p_tg\",\"tg0\":\"$p_tg0\",\"ttft_ms\":\"$p_ttft\",\"membw_before_tg0\":\"$p_bw_before\",\"membw_after_tg0\":\"$p_bw_after\"},\"llama_bench\":{\"pp\":\"$l_pp\",\"tg0\":\"$l_tg\",\"tg\":\"$l_tgd\"}}"
+		say "$r | $ld | $(fmt "$p_pp") / $(fmt "$p_tg0") / $(fmt "$p_tg") (prompt $p_np, gen $p_ng) | $(fmt "$l_pp") / $(fmt "$l_tg") / $(fmt "$l_tgd")"
+		# columns: pagoda pp tg0, llama pp tg0, their ratios, pagoda tg, llama tg at depth, its ratio, probe GB/s
+		echo "$p_pp $p_tg0 $l_pp $l_tg $(ratio "$p_pp" "$l_pp") $(ratio "$p_tg0" "$l_tg") $p_tg $l_tgd $(ratio "$p_tg" "$l_tgd") ${p_bw:-NA}" >>"$W/rounds-$mname.txt"
 		r=$((r + 1))
 	done
 	col() { awk -v c="$1" '$c != "NA" { print $c }' "$W/rounds-$mname.txt" | median; }
 	mp=$(col 1) mt=$(col 2) lp=$(col 3) lt=$(col 4) rp=$(col 5) rt=$(col 6)
-	mtd=$(col 13) ltd=$(col 14) rtd=$(col 15)
-	say "median pagoda: prefill $(fmt "$mp") tok/s, decode $(fmt "$mt") tok/s (after the prompt: $(fmt "$mtd")); llama.cpp (the stronger per round): prefill $(fmt "$lp"), decode $(fmt "$lt") (after the prompt, llama-bench -d $PP: $(fmt "$ltd"))"
+	mtd=$(col 7) ltd=$(col 8) rtd=$(col 9)
+	say "median pagoda: prefill $(fmt "$mp") tok/s, decode $(fmt "$mt") tok/s (after the prompt: $(fmt "$mtd")); llama.cpp (llama-bench): prefill $(fmt "$lp"), decode $(fmt "$lt") (after the prompt, llama-bench -d $PP: $(fmt "$ltd"))"
 	say "median per-round ratios pagoda / llama.cpp: prefill ${rp}x (target >= 1.5), decode ${rt}x, decode after $PP tokens ${rtd}x (target >= 1.1)"
-	say "  llama.cpp medians: llama-bench native pp $(fmt "$(col 9)") tg $(fmt "$(col 10)"); node-llama-cpp prebuilt pp $(fmt "$(col 11)") tg $(fmt "$(col 12)")"
 	pfrac=NA
 	if [ "$BW" != NA ]; then
 		# Bytes one decode step reads: every weight but the token embedding table (one row of it).
@@ -293,8 +254,8 @@ for M in "$M8" "$M4"; do
 		frac=$(awk -v t="$mt" -v l="$lim" 'BEGIN { if (t == "NA") print "NA"; else printf "%.1f", 100 * t / l }')
 		lfrac=$(awk -v t="$lt" -v l="$lim" 'BEGIN { if (t == "NA") print "NA"; else printf "%.1f", 100 * t / l }')
 		say "bandwidth limit: $(fmt "$BW") GB/s / $(awk -v w="$WB" 'BEGIN { printf "%.3f", w / 1e9 }') GB per token = $lim tok/s; pagoda decode reaches ${frac}% (target >= 90% for Q8_0), llama.cpp ${lfrac}%"
-		pfrac=$(awk -v wb="$WB" '$2 != "NA" && $16 != "NA" && $16 > 0 { printf "%.1f\n", 100 * $2 * wb / ($16 * 1e9) }' "$W/rounds-$mname.txt" | median)
-		say "  paired: each round's decode against the best of 4 probe passes just before it and 4 just after (half of them fetching ahead), median ${pfrac}% (probes $(awk '$16 != "NA" { printf "%s ", $16 }' "$W/rounds-$mname.txt")GB/s)"
+		pfrac=$(awk -v wb="$WB" '$2 != "NA" && $10 != "NA" && $10 > 0 { printf "%.1f\n", 100 * $2 * wb / ($10 * 1e9) }' "$W/rounds-$mname.txt" | median)
+		say "  paired: each round's decode against the best of 4 probe passes just before it and 4 just after (half of them fetching ahead), median ${pfrac}% (probes $(awk '$10 != "NA" { printf "%s ", $10 }' "$W/rounds-$mname.txt")GB/s)"
 	fi
 	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt bw_frac_paired=${pfrac:-NA}" >>"$SUMMARY"
 done

@@ -137,6 +137,17 @@ $(BUILD)/bench/bin/%: $(BUILD)/obj/bench/%.o $(ENGINE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(LDLIBS)
 
+# bench/peer_*.c against the peer's ggml (mk/peer.sh builds it; make bench runs this).
+PEER_SRC = $(firstword $(wildcard $(BUILD)/peer/llama_cpp_python-*/vendor/llama.cpp))
+PEER_LIBS = $(addprefix $(BUILD)/peer/build/ggml/src/,libggml.a libggml-cpu.a libggml-base.a)
+PEER_BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/bin/%,$(wildcard bench/peer_*.c))
+$(BUILD)/bench/bin/peer_%: bench/peer_%.c $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -I$(PEER_SRC)/ggml/include $(CFLAGS) -o $@ $< $(ENGINE_LIB) $(PEER_LIBS) \
+		-fopenmp -lstdc++ $(LDLIBS)
+.PHONY: bench-peer
+bench-peer: $(PEER_BENCH_BINS)
+
 # ---- tests -----------------------------------------------------------------
 export PAGODA_BUILD := $(abspath $(BUILD))
 # The conformance data: ../shared/testdata where it exists, else what

@@ -1,0 +1,110 @@
+/* tests/peer/greedy.c — the peer's greedy golden: llama.cpp (built by
+ * mk/peer.sh) tokenizes PROMPT with BOS, decodes greedily with no
+ * repetition penalty until N tokens or end of generation (not written), and
+ * writes the golden files' two lines
+ *
+ *   prompt_ids 1 ...
+ *   output_ids ...
+ *
+ * to stdout; with a third argument, the text the output streams as
+ * (detokenize(prompt + output) with detokenize(prompt) cut off the front)
+ * goes to that file. Built and run by tests/make-testdata.sh.
+ *
+ *   greedy MODEL PROMPT N [TEXT_OUT]
+ */
+#include "llama.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void quiet(enum ggml_log_level level, const char *text, void *data)
+{
+	(void)data;
+	if (level == GGML_LOG_LEVEL_ERROR)
+		fputs(text, stderr);
+}
+
+static int detok(const struct llama_vocab *v, const llama_token *ids, int n, char **out)
+{
+	int cap = 64 + n * 16;
+	for (;;) {
+		*out = realloc(*out, (size_t)cap);
+		int k = llama_detokenize(v, ids, n, *out, cap, false, false);
+		if (k >= 0)
+			return k;
+		cap = -k + 1;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 4) {
+		fprintf(stderr, "usage: greedy MODEL PROMPT N [TEXT_OUT]\n");
+		return 2;
+	}
+	const char *prompt = argv[2];
+	int n_predict = atoi(argv[3]);
+	llama_log_set(quiet, NULL);
+	llama_backend_init();
+	struct llama_model_params mp = llama_model_default_params();
+	struct llama_model *model = llama_model_load_from_file(argv[1], mp);
+	if (!model) {
+		fprintf(stderr, "greedy: cannot load %s\n", argv[1]);
+		return 1;
+	}
+	const struct llama_vocab *vocab = llama_model_get_vocab(model);
+	int np = -llama_tokenize(vocab, prompt, (int32_t)strlen(prompt), NULL, 0, true, false);
+	llama_token *ids = malloc(sizeof *ids * (size_t)(np + n_predict + 1));
+	llama_tokenize(vocab, prompt, (int32_t)strlen(prompt), ids, np, true, false);
+
+	struct llama_context_params cp = llama_context_default_params();
+	cp.n_ctx = (uint32_t)(np + n_predict + 16);
+	cp.n_batch = cp.n_ctx;
+	cp.n_threads = cp.n_threads_batch = 2;
+	struct llama_context *ctx = llama_init_from_model(model, cp);
+	struct llama_sampler *smpl = llama_sampler_chain_init(llama_sampler_chain_default_params());
+	llama_sampler_chain_add(smpl, llama_sampler_init_greedy());
+	if (!ctx || !smpl) {
+		fprintf(stderr, "greedy: cannot make a context\n");
+		return 1;
+	}
+
+	int n = np;
+	struct llama_batch batch = llama_batch_get_one(ids, np);
+	while (n - np < n_predict) {
+		if (llama_decode(ctx, batch)) {
+			fprintf(stderr, "greedy: llama_decode failed\n");
+			return 1;
+		}
+		llama_token id = llama_sampler_sample(smpl, ctx, -1);
+		if (llama_vocab_is_eog(vocab, id))
+			break;
+		ids[n++] = id;
+		batch = llama_batch_get_one(&ids[n - 1], 1);
+	}
+
+	printf("prompt_ids");
+	for (int i = 0; i < np; i++)
+		printf(" %d", ids[i]);
+	printf("\noutput_ids");
+	for (int i = np; i < n; i++)
+		printf(" %d", ids[i]);
+	printf("\n");
+	if (argc > 4) {
+		char *all = NULL, *pre = NULL;
+		int la = detok(vocab, ids, n, &all), lp = detok(vocab, ids, np, &pre);
+		FILE *f = fopen(argv[4], "wb");
+		if (!f || la < lp || fwrite(all + lp, 1, (size_t)(la - lp), f) != (size_t)(la - lp) || fclose(f)) {
+			fprintf(stderr, "greedy: cannot write %s\n", argv[4]);
+			return 1;
+		}
+		free(all);
+		free(pre);
+	}
+	llama_sampler_free(smpl);
+	llama_free(ctx);
+	llama_model_free(model);
+	free(ids);
+	return 0;
+}
