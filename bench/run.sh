@@ -385,8 +385,15 @@ run_pagoda_sweep() {
 run_llama_sweep() {
 	LJ=
 	[ -n "$LLAMA_BIN" ] || return 0
-	LJ=$("$LLAMA_BIN/llama-batched-bench" -m "$M8" -c $((N * (SW_PP + SW_TG) + 256)) -b 2048 -ub 512 \
-		-npp "$SW_PP" -ntg "$SW_TG" -npl "$N" -t "$T" -tb "$T" --output-format jsonl 2>>"$W/llama-batched.err" | grep '"speed_tg"' | tail -n1)
+	# its results go through llama.cpp's log thread, which now and then
+	# loses them at exit: a run that printed nothing is run again
+	LJ= _try=0
+	while [ -z "$LJ" ] && [ $_try -lt 3 ]; do
+		LJ=$("$LLAMA_BIN/llama-batched-bench" -m "$M8" -c $((N * (SW_PP + SW_TG) + 256)) -b 2048 -ub 512 \
+			-npp "$SW_PP" -ntg "$SW_TG" -npl "$N" -t "$T" -tb "$T" --output-format jsonl 2>>"$W/llama-batched.err" |
+			grep '"speed_tg"' | tail -n1)
+		_try=$((_try + 1))
+	done
 	record "{\"what\":\"llama-batched-bench\",\"npl\":$N,\"r\":${LJ:-null}}"
 }
 i=0
