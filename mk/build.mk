@@ -30,7 +30,7 @@ SERVER_SRCS := $(filter-out daemon/server/main.c,$(DAEMON_SRCS))
 TOOLS := $(notdir $(patsubst %/,%,$(wildcard tools/*/)))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 INTEG_SRCS := $(wildcard tests/integration/test_*.c)
-# bench/peer_*.c link llama.cpp's ggml: `make bench` builds them with the peer.
+# bench/peer_*.c link llama.cpp's ggml: bench-peer builds them against the peer.
 BENCH_SRCS := $(filter-out bench/peer_%,$(wildcard bench/*.c))
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 
@@ -137,7 +137,7 @@ $(BUILD)/bench/bin/%: $(BUILD)/obj/bench/%.o $(ENGINE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(LDLIBS)
 
-# bench/peer_*.c against the peer's ggml (mk/peer.sh builds it; make bench runs this).
+# bench/peer_*.c against the peer's ggml: run `sh mk/peer.sh` first (not part of all).
 PEER_SRC = $(firstword $(wildcard $(BUILD)/peer/llama_cpp_python-*/vendor/llama.cpp))
 PEER_LIBS = $(addprefix $(BUILD)/peer/build/ggml/src/,libggml.a libggml-cpu.a libggml-base.a)
 PEER_BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/bin/%,$(wildcard bench/peer_*.c))

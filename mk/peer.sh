@@ -19,16 +19,18 @@ P=$B/peer
 
 LCP_VERSION=0.3.36
 LCP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-# vendor/llama.cpp's commit, from the sdist's .git/modules/vendor/llama.cpp/HEAD
-# (the sdist holds no history, so llama.cpp's build number is unknown here)
+# vendor/llama.cpp's commit, from the sdist's .git/modules/vendor/llama.cpp/HEAD,
+# and its release number (b11312, 2026-10-01): the sdist holds no history to
+# count it from, so it is given to cmake
 LLAMA_COMMIT=0c1e57098bba43ac29e6e3b677cdceebdd22334f
+LLAMA_BUILD=11312
 TARGETS="llama-completion llama-simple llama-bench llama-batched-bench
 	llama-perplexity llama-quantize llama-tokenize"
 
 TGZ=llama_cpp_python-$LCP_VERSION.tar.gz
 SRC=$P/llama_cpp_python-$LCP_VERSION/vendor/llama.cpp
 BIN=$P/build/bin
-VERSION="llama.cpp $(echo "$LLAMA_COMMIT" | cut -c1-9) (vendor/llama.cpp of PyPI llama-cpp-python $LCP_VERSION), CPU backend, GGML_NATIVE=ON"
+VERSION="llama.cpp b$LLAMA_BUILD-$(echo "$LLAMA_COMMIT" | cut -c1-9) (vendor/llama.cpp of PyPI llama-cpp-python $LCP_VERSION), CPU backend, GGML_NATIVE=ON"
 
 case ${1:-} in
 version) echo "$VERSION"; exit 0 ;;
@@ -39,7 +41,7 @@ log() { echo "peer: $*" >&2; }
 
 have_all() {
 	for t in $TARGETS; do [ -x "$BIN/$t" ] || return 1; done
-	[ "$(cat "$P/stamp" 2>/dev/null)" = "$LCP_VERSION $LLAMA_COMMIT" ]
+	[ "$(cat "$P/stamp" 2>/dev/null)" = "$LCP_VERSION $LLAMA_COMMIT $LLAMA_BUILD" ]
 }
 
 if have_all; then
@@ -79,11 +81,11 @@ t0=$(date +%s)
 cmake -S "$SRC" -B "$P/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
 	-DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
-	-DLLAMA_BUILD_NUMBER=0 -DLLAMA_BUILD_COMMIT="$(echo "$LLAMA_COMMIT" | cut -c1-9)" \
+	-DLLAMA_BUILD_NUMBER=$LLAMA_BUILD -DLLAMA_BUILD_COMMIT="$(echo "$LLAMA_COMMIT" | cut -c1-9)" \
 	>"$P/cmake.log" 2>&1 || { log "cmake failed, see $P/cmake.log"; exit 1; }
 # shellcheck disable=SC2086
 cmake --build "$P/build" -j "${PEER_JOBS:-$(nproc)}" --target $TARGETS \
 	>"$P/build.log" 2>&1 || { log "build failed, see $P/build.log"; exit 1; }
-echo "$LCP_VERSION $LLAMA_COMMIT" >"$P/stamp"
+echo "$LCP_VERSION $LLAMA_COMMIT $LLAMA_BUILD" >"$P/stamp"
 log "built in $(($(date +%s) - t0)) s"
 echo "$BIN"
