@@ -1,8 +1,10 @@
 /* tests/unit/testdata.h — where the shared reference data is.
  *
- * Tests read ../shared/testdata through PAGODA_TESTDATA. When it is unset or
- * a file is missing the test is skipped, saying so, unless
- * PAGODA_REQUIRE_TESTDATA=1 (CI), where a missing file fails.
+ * Tests read the test data through PAGODA_TESTDATA (make check points it at
+ * ../shared/testdata, else build/testdata from make testdata). When it is
+ * unset or a file is missing the test is skipped, saying so on a "SKIP:"
+ * line that make check counts, unless PAGODA_REQUIRE_TESTDATA=1 (CI), where
+ * a missing file fails.
  */
 #ifndef PAGODA_TEST_TESTDATA_H
 #define PAGODA_TEST_TESTDATA_H
