@@ -14,7 +14,8 @@ check: deps
 	+@$(SUB) check
 
 check-asan: deps
-	+@$(MAKE) --no-print-directory -f mk/build.mk BUILD=build-asan SAN=address,undefined check-unit check-integration
+	+@$(MAKE) --no-print-directory -f mk/build.mk BUILD=build-asan SAN=address,undefined check-unit
+	+@$(MAKE) --no-print-directory -f mk/build.mk BUILD=build-asan SAN=address,undefined check-integration
 
 fuzz: deps
 	+@$(SUB) fuzz
