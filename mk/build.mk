@@ -126,9 +126,9 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(ENGINE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(LDLIBS)
 
-$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
+$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
 
 # The bench programs, built with the project's warnings so that CI compiles
 # them; bench/run.sh builds its own -march=native copies to measure with.

@@ -1,4 +1,4 @@
-/* tests/unit/test_soak.c — pagodad under the attacks of issue 24, each on
+/* tests/integration/test_soak.c — pagodad under the attacks of issue 24, each on
  * its own and then all together beside well-behaved clients.
  *
  * A real daemon ($PAGODA_BUILD/pagodad) on a temporary socket with
