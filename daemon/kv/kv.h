@@ -26,6 +26,8 @@
 #include "kernels/pg_backend.h"
 #include "kernels/types.h"
 
+struct iovec;
+
 struct kv_hash {
 	uint64_t lo, hi;
 };
@@ -54,6 +56,10 @@ struct kv_pool {
 	int32_t *table;      /* open addressing: block id, -1 empty, -2 deleted */
 	int64_t table_cap, n_deleted;
 	bool prefix_cache;
+	/* Called with a cached block about to be reused, while its hash and
+	 * bytes are intact: the level below (kv/tier.h) keeps a copy. */
+	void (*evict)(void *user, struct kv_pool *p, int32_t block);
+	void *evict_user;
 	/* counters */
 	uint64_t hits_blocks, evictions;
 };
@@ -76,9 +82,10 @@ int64_t kv_available(const struct kv_pool *p);
 int64_t kv_used(const struct kv_pool *p);
 int kv_blocks_needed(const struct kv_pool *p, int n_tokens);
 
-/* For an empty sequence: maps the cached blocks that hold a prefix of
- * tokens[0, n), leaving at least one token to compute. Returns the number of
- * tokens now present (a multiple of block_size). */
+/* For a sequence holding only published blocks (none, or an earlier
+ * match): maps the further cached blocks that hold a prefix of tokens[0, n),
+ * leaving at least one token to compute. Returns the number of tokens now
+ * present (a multiple of block_size). */
 int kv_seq_match_prefix(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n);
 /* Make room for positions [0, n_tokens). Returns 0, or -ENOSPC when the
  * pool cannot supply the blocks (the sequence then holds what it had). */
@@ -96,6 +103,36 @@ static inline struct pg_block_table kv_seq_table(const struct kv_seq *s)
 {
 	return (struct pg_block_table){ s->blocks, s->n_blocks };
 }
+
+/* ---- the door for the levels below (daemon/kv/tier.h) ----------------------
+ * A block's bytes are reached only through these, so that the pool's
+ * memory may move (to a compute backend) without the tiers changing. */
+
+/* Bytes of one block: K of every layer, then V of every layer. */
+size_t kv_pool_block_bytes(const struct kv_pool *p);
+/* Host-addressable spans of block b, in the order copy_out writes them:
+ * up to *n iovecs; *n becomes the number used. -ENOBUFS when *n is short,
+ * -EOPNOTSUPP when the bytes are not in host memory. */
+int kv_block_span(const struct kv_pool *p, int32_t b, struct iovec *iov, int *n);
+/* Through a staging buffer of kv_pool_block_bytes bytes (the backend's
+ * kv_copy_out / kv_copy_in: the block's host image). */
+void kv_block_copy_out(const struct kv_pool *p, int32_t b, void *buf);
+void kv_block_copy_in(struct kv_pool *p, int32_t b, const void *buf);
+
+/* A block for this level to fill: refcnt 1, unhashed (may evict a cached
+ * one). -1 when every block is held. */
+int32_t kv_block_take(struct kv_pool *p);
+/* Publishes a filled block under h, as kv_seq_commit would; false when an
+ * equal block is published already (b stays private). */
+bool kv_block_publish(struct kv_pool *p, int32_t b, struct kv_hash h);
+/* Drops a reference: a hashed block stays cached, others are freed. */
+void kv_block_put(struct kv_pool *p, int32_t b);
+bool kv_pool_has(const struct kv_pool *p, struct kv_hash h);
+/* The chained hashes of the full blocks of tokens[0, n) past the s->n_blocks
+ * blocks s holds (all published), leaving one token to compute: at most max
+ * into out. Returns how many. */
+int kv_seq_next_hashes(const struct kv_pool *p, const struct kv_seq *s, const int32_t *tokens, int n,
+		       struct kv_hash *out, int max);
 
 /* The accessors below need the bytes in host memory (p->k non-NULL). */
 static inline pg_f16 *kv_row(const struct kv_pool *p, pg_f16 *base, const struct kv_seq *s,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
@@ -218,13 +219,13 @@ static struct kv_hash parent_of(const struct kv_pool *p, const struct kv_seq *s,
 
 int kv_seq_match_prefix(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n)
 {
-	if (!p->prefix_cache || s->n_blocks != 0)
+	if (!p->prefix_cache || s->n_blocks != s->n_hashed)
 		return s->n_blocks * p->block_size;
 	int max_blocks = (n - 1) / p->block_size; /* keep one token to compute */
 	if (grow_table(s, max_blocks))
-		return 0;
-	struct kv_hash h = parent_of(p, s, 0);
-	for (int i = 0; i < max_blocks; i++) {
+		return s->n_blocks * p->block_size;
+	struct kv_hash h = parent_of(p, s, s->n_blocks);
+	for (int i = s->n_blocks; i < max_blocks; i++) {
 		h = chain_hash(h, tokens + (size_t)i * p->block_size, p->block_size);
 		int32_t b = table_find(p, h);
 		if (b < 0)
@@ -243,6 +244,8 @@ static int32_t take_block(struct kv_pool *p)
 	if (p->n_free)
 		return p->free_list[--p->n_free];
 	int32_t b = p->lru_head;
+	if (p->evict)
+		p->evict(p->evict_user, p, b);
 	lru_unlink(p, b);
 	table_remove(p, b);
 	p->evictions++;
@@ -313,4 +316,81 @@ void kv_drop_cache(struct kv_pool *p)
 		p->free_list[p->n_free++] = b;
 	}
 	table_rebuild(p);
+}
+
+/* ---- the door for the levels below ------------------------------------------ */
+
+size_t kv_pool_block_bytes(const struct kv_pool *p)
+{
+	return kv_block_bytes(p->block_size, p->n_layer, p->kv_dim);
+}
+
+int kv_block_span(const struct kv_pool *p, int32_t b, struct iovec *iov, int *n)
+{
+	if (!p->k || !p->v)
+		return -EOPNOTSUPP;
+	if (*n < 2)
+		return -ENOBUFS;
+	size_t half = p->block_stride * sizeof(pg_f16);
+	iov[0] = (struct iovec){ p->k + (size_t)b * p->block_stride, half };
+	iov[1] = (struct iovec){ p->v + (size_t)b * p->block_stride, half };
+	*n = 2;
+	return 0;
+}
+
+void kv_block_copy_out(const struct kv_pool *p, int32_t b, void *buf)
+{
+	pg_backend_kv_copy_out(p->be, b, buf);
+}
+
+void kv_block_copy_in(struct kv_pool *p, int32_t b, const void *buf)
+{
+	pg_backend_kv_copy_in(p->be, b, buf);
+}
+
+int32_t kv_block_take(struct kv_pool *p)
+{
+	if (!kv_available(p))
+		return -1;
+	int32_t b = take_block(p);
+	p->meta[b].refcnt = 1;
+	return b;
+}
+
+bool kv_block_publish(struct kv_pool *p, int32_t b, struct kv_hash h)
+{
+	if (!p->prefix_cache || table_find(p, h) >= 0)
+		return false;
+	p->meta[b].hash = h;
+	table_insert(p, b);
+	return true;
+}
+
+void kv_block_put(struct kv_pool *p, int32_t b)
+{
+	if (--p->meta[b].refcnt > 0)
+		return;
+	if (p->meta[b].hashed)
+		lru_push(p, b);
+	else
+		p->free_list[p->n_free++] = b;
+}
+
+bool kv_pool_has(const struct kv_pool *p, struct kv_hash h)
+{
+	return table_find(p, h) >= 0;
+}
+
+int kv_seq_next_hashes(const struct kv_pool *p, const struct kv_seq *s, const int32_t *tokens, int n,
+		       struct kv_hash *out, int max)
+{
+	if (s->n_blocks != s->n_hashed)
+		return 0;
+	int last = (n - 1) / p->block_size, k = 0;
+	struct kv_hash h = parent_of(p, s, s->n_blocks);
+	for (int i = s->n_blocks; i < last && k < max; i++) {
+		h = chain_hash(h, tokens + (size_t)i * p->block_size, p->block_size);
+		out[k++] = h;
+	}
+	return k;
 }

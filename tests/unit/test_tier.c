@@ -1,0 +1,375 @@
+/* tests/unit/test_tier.c — the NVMe tier on a real file with real
+ * io_uring: CRC32C, a round trip through the file, the pool's evictions
+ * landing there, the tier's own LRU, a warm restart (and a cold one for
+ * another model or a corrupt header), injected faults, and ENOSPC at
+ * preallocation. */
+#include "daemon/kv/crc32c.h"
+#include "daemon/kv/kv.h"
+#include "daemon/kv/tier.h"
+#include "kernels/pg_backend.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define BS 4
+#define NB 8
+
+static struct kv_pool pool;
+static struct pg_backend *be;
+static char dir[256];
+static int n_logs;
+static char last_log[512];
+
+static void on_log(void *user, int level, const char *msg)
+{
+	n_logs++;
+	snprintf(last_log, sizeof last_log, "%s", msg);
+}
+
+static void setup(void)
+{
+	char err[256];
+	const struct pg_backend_opts bo = { .threads = 1 };
+	ck_assert_msg(pg_backend_open("cpu", &bo, &be, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_eq(kv_pool_init(&pool, be, NB, BS, 2, 8, true, err, sizeof err), 0);
+	snprintf(dir, sizeof dir, "%s/pagoda-tier-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	n_logs = 0;
+}
+
+static void teardown(void)
+{
+	kv_pool_free(&pool);
+	pg_backend_close(be);
+	char path[300];
+	snprintf(path, sizeof path, "%s/pagoda-kv.tier", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+static struct kv_tier *open_tier(int64_t slots, uint64_t fp, const char *fault)
+{
+	struct kv_tier_opts o = { .dir = dir, .size = 4096 + slots * 4096, .fingerprint = fp, .fault = fault,
+				  .log = on_log };
+	struct kv_tier *t;
+	char err[512];
+	int r = kv_tier_open(&t, &o, &pool, err, sizeof err);
+	ck_assert_msg(r == 0, "%s", err);
+	return t;
+}
+
+static void settle(struct kv_tier *t)
+{
+	kv_tier_submit(t);
+	for (int i = 0; i < 100 && kv_tier_inflight(t); i++)
+		kv_tier_reap(t, &pool, 100);
+	ck_assert_int_eq(kv_tier_inflight(t), 0);
+}
+
+/* A sequence of n blocks whose K/V bytes are a pattern of (tag, block),
+ * committed (so hashed) and released: the blocks stay cached. */
+static void fill(int tag, int n, struct kv_hash *hashes)
+{
+	struct kv_seq s = { 0 };
+	int32_t toks[64];
+	for (int i = 0; i < n * BS + 1; i++)
+		toks[i] = tag * 1000 + i;
+	ck_assert_int_eq(kv_seq_reserve(&pool, &s, n * BS + 1), 0);
+	for (int i = 0; i < n; i++)
+		for (int l = 0; l < pool.n_layer; l++)
+			for (int j = 0; j < BS * pool.kv_dim; j++) {
+				kv_k_block(&pool, &s, l, i)[j] = (pg_f16)(tag * 7 + i * 131 + l * 17 + j);
+				kv_v_block(&pool, &s, l, i)[j] = (pg_f16)(tag * 5 + i * 31 + l * 3 + j * 2);
+			}
+	kv_seq_commit(&pool, &s, toks, n * BS + 1);
+	for (int i = 0; i < n; i++)
+		hashes[i] = pool.meta[s.blocks[i]].hash;
+	kv_seq_release(&pool, &s);
+}
+
+static int32_t block_of(struct kv_hash h)
+{
+	for (int32_t b = 0; b < pool.n_blocks; b++)
+		if (pool.meta[b].hashed && pool.meta[b].hash.lo == h.lo && pool.meta[b].hash.hi == h.hi)
+			return b;
+	return -1;
+}
+
+static void check_bytes(int tag, int i, struct kv_hash h)
+{
+	int32_t b = block_of(h);
+	ck_assert_int_ge(b, 0);
+	struct kv_seq s = { .blocks = &b, .n_blocks = 1 };
+	for (int l = 0; l < pool.n_layer; l++)
+		for (int j = 0; j < BS * pool.kv_dim; j++) {
+			ck_assert_uint_eq(kv_k_block(&pool, &s, l, 0)[j], (pg_f16)(tag * 7 + i * 131 + l * 17 + j));
+			ck_assert_uint_eq(kv_v_block(&pool, &s, l, 0)[j], (pg_f16)(tag * 5 + i * 31 + l * 3 + j * 2));
+		}
+}
+
+/* Saves the cached blocks, forgets them in the pool, reads them back. */
+static void round_trip(struct kv_tier *t, int tag, int n, struct kv_hash *h)
+{
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[i])), 0);
+	settle(t);
+	kv_drop_cache(&pool);
+	for (int i = 0; i < n; i++) {
+		ck_assert(!kv_pool_has(&pool, h[i]));
+		ck_assert(kv_tier_has(t, h[i]));
+		ck_assert_int_eq(kv_tier_fetch(t, &pool, h[i]), 0);
+		ck_assert(kv_tier_pending(t, h[i]));
+	}
+	settle(t);
+}
+
+START_TEST(test_crc32c)
+{
+	ck_assert_uint_eq(crc32c(0, "123456789", 9), 0xe3069283u);
+	ck_assert_uint_eq(crc32c_sw(0, "123456789", 9), 0xe3069283u);
+	uint8_t buf[1024 + 8];
+	for (size_t i = 0; i < sizeof buf; i++)
+		buf[i] = (uint8_t)(i * 2654435761u >> 13);
+	for (size_t off = 0; off < 8; off++)
+		for (size_t len = 0; len < 1024; len += 37)
+			ck_assert_uint_eq(crc32c(7, buf + off, len), crc32c_sw(7, buf + off, len));
+	/* continuing equals one pass */
+	ck_assert_uint_eq(crc32c(crc32c(0, buf, 100), buf + 100, 900), crc32c(0, buf, 1000));
+}
+END_TEST
+
+START_TEST(test_round_trip)
+{
+	struct kv_tier *t = open_tier(16, 42, NULL);
+	struct kv_hash h[3];
+	fill(1, 3, h);
+	round_trip(t, 1, 3, h);
+	for (int i = 0; i < 3; i++)
+		check_bytes(1, i, h[i]);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert(st.direct); /* /tmp here is ext4; tmpfs would fall back */
+	ck_assert_uint_eq(st.blocks_out, 3);
+	ck_assert_uint_eq(st.blocks_in, 3);
+	ck_assert_uint_eq(st.bytes_in, 3 * kv_pool_block_bytes(&pool));
+	ck_assert_int_eq(st.slots_used, 3);
+	/* the same hash twice is one slot */
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[0])), 1);
+	kv_tier_close(t);
+}
+END_TEST
+
+static void on_evict(void *user, struct kv_pool *p, int32_t b)
+{
+	kv_tier_save(user, p, b);
+}
+
+START_TEST(test_evictions_and_lru)
+{
+	/* 3 slots: of 6 evicted blocks the tier keeps the last 3 */
+	struct kv_tier *t = open_tier(3, 42, NULL);
+	pool.evict = on_evict;
+	pool.evict_user = t;
+	struct kv_hash a[NB - 1], b[NB - 1];
+	fill(1, NB - 1, a);
+	fill(2, NB - 1, b); /* evicts a's blocks into the tier */
+	settle(t);
+	int kept = 0;
+	for (int i = 0; i < NB - 1; i++)
+		kept += kv_tier_has(t, a[i]);
+	ck_assert_int_eq(kept, 3);
+	/* released last block first: a[0] was evicted last, so it is kept */
+	ck_assert(kv_tier_has(t, a[0]));
+	pool.evict = NULL;
+	kv_drop_cache(&pool);
+	ck_assert_int_eq(kv_tier_fetch(t, &pool, a[0]), 0);
+	settle(t);
+	check_bytes(1, 0, a[0]);
+	kv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_warm_restart)
+{
+	struct kv_tier *t = open_tier(16, 42, NULL);
+	struct kv_hash h[3];
+	fill(3, 3, h);
+	kv_tier_flush(t, &pool);
+	kv_tier_close(t);
+	kv_drop_cache(&pool);
+
+	t = open_tier(16, 42, NULL);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.warm_blocks, 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(kv_tier_fetch(t, &pool, h[i]), 0);
+	settle(t);
+	for (int i = 0; i < 3; i++)
+		check_bytes(3, i, h[i]);
+	kv_tier_close(t);
+
+	/* another model: empty, and it says so */
+	n_logs = 0;
+	t = open_tier(16, 43, NULL);
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.warm_blocks, 0);
+	ck_assert(!kv_tier_has(t, h[0]));
+	ck_assert_int_gt(n_logs, 0);
+	ck_assert_ptr_nonnull(strstr(last_log, "different model"));
+	kv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_corrupt_header)
+{
+	struct kv_tier *t = open_tier(16, 42, NULL);
+	struct kv_hash h[2];
+	fill(4, 2, h);
+	kv_tier_flush(t, &pool);
+	kv_tier_close(t);
+	kv_drop_cache(&pool);
+	/* the first slot's header gets a flipped byte */
+	char path[300];
+	snprintf(path, sizeof path, "%s/pagoda-kv.tier", dir);
+	int fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	uint8_t c;
+	ck_assert_int_eq(pread(fd, &c, 1, 4096 + 20), 1);
+	c ^= 1;
+	ck_assert_int_eq(pwrite(fd, &c, 1, 4096 + 20), 1);
+	close(fd);
+	t = open_tier(16, 42, NULL);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.warm_blocks, 1);
+	ck_assert_uint_eq(st.err_header, 1);
+	ck_assert_int_eq(kv_tier_has(t, h[0]) + kv_tier_has(t, h[1]), 1);
+	kv_tier_close(t);
+}
+END_TEST
+
+/* One fault on the first read: the block is dropped, never published. */
+static void read_fault(const char *spec, size_t off_crc, size_t off_short, size_t off_io)
+{
+	struct kv_tier *t = open_tier(16, 42, spec);
+	struct kv_hash h[2];
+	fill(5, 2, h);
+	round_trip(t, 5, 2, h);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.blocks_in, 1);
+	ck_assert_uint_eq(st.err_crc, off_crc);
+	ck_assert_uint_eq(st.err_short, off_short);
+	ck_assert_uint_eq(st.err_io, off_io);
+	ck_assert(!kv_pool_has(&pool, h[0]));
+	ck_assert(!kv_tier_has(t, h[0]));
+	check_bytes(5, 1, h[1]);
+	ck_assert(!st.disabled);
+	kv_tier_close(t);
+}
+
+START_TEST(test_fault_corrupt) { read_fault("read:1:corrupt", 1, 0, 0); }
+END_TEST
+START_TEST(test_fault_short) { read_fault("read:1:short", 0, 1, 0); }
+END_TEST
+START_TEST(test_fault_eio) { read_fault("read:1:eio", 0, 0, 1); }
+END_TEST
+
+START_TEST(test_fault_write)
+{
+	/* a corrupted write is caught on the read */
+	struct kv_tier *t = open_tier(16, 42, "write:2:corrupt,write:3:enospc");
+	struct kv_hash h[3];
+	fill(6, 3, h);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[i])), 0);
+	settle(t);
+	kv_drop_cache(&pool);
+	ck_assert_int_eq(kv_tier_fetch(t, &pool, h[0]), 0);
+	ck_assert_int_eq(kv_tier_fetch(t, &pool, h[1]), 0);
+	settle(t);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.err_crc, 1);
+	ck_assert(kv_pool_has(&pool, h[0]));
+	ck_assert(!kv_pool_has(&pool, h[1]));
+	/* ENOSPC on a later write turns the tier off, saying so */
+	n_logs = 0;
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[0])), 1); /* has it */
+	fill(7, 1, h + 2);
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[2])), 0);
+	settle(t);
+	kv_tier_get_stats(t, &st);
+	ck_assert(st.disabled);
+	ck_assert_uint_eq(st.err_nospc, 1);
+	ck_assert_int_eq(n_logs, 1);
+	ck_assert_ptr_nonnull(strstr(last_log, "off"));
+	ck_assert(!kv_tier_has(t, h[0]));
+	ck_assert_int_lt(kv_tier_save(t, &pool, block_of(h[0])), 0);
+	kv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_enospc_at_open)
+{
+	struct statvfs vfs;
+	ck_assert_int_eq(statvfs(dir, &vfs), 0);
+	int64_t free_bytes = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize;
+	if (free_bytes > (8ll << 40))
+		return; /* beyond ext4's largest file: EFBIG, not the case here */
+	struct kv_tier_opts o = { .dir = dir, .size = free_bytes + (1ll << 30), .fingerprint = 1 };
+	struct kv_tier *t;
+	char err[512] = "";
+	ck_assert_int_eq(kv_tier_open(&t, &o, &pool, err, sizeof err), -ENOSPC);
+	ck_assert_ptr_nonnull(strstr(err, "no space left"));
+	/* bad specs and sizes are refused with a message */
+	o.size = 100;
+	ck_assert_int_eq(kv_tier_open(&t, &o, &pool, err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "holds no block"));
+	o.size = 1 << 20;
+	o.fault = "read:x:eio";
+	ck_assert_int_eq(kv_tier_open(&t, &o, &pool, err, sizeof err), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_in_use)
+{
+	struct kv_tier *t = open_tier(4, 42, NULL), *t2;
+	struct kv_tier_opts o = { .dir = dir, .size = 5 * 4096, .fingerprint = 42 };
+	char err[512];
+	ck_assert_int_eq(kv_tier_open(&t2, &o, &pool, err, sizeof err), -EBUSY);
+	kv_tier_close(t);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("tier");
+	TCase *tc = tcase_create("tier");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_crc32c);
+	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_evictions_and_lru);
+	tcase_add_test(tc, test_warm_restart);
+	tcase_add_test(tc, test_corrupt_header);
+	tcase_add_test(tc, test_fault_corrupt);
+	tcase_add_test(tc, test_fault_short);
+	tcase_add_test(tc, test_fault_eio);
+	tcase_add_test(tc, test_fault_write);
+	tcase_add_test(tc, test_enospc_at_open);
+	tcase_add_test(tc, test_in_use);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
