@@ -10,6 +10,7 @@
 #include "daemon/engine/sampler.h"
 #include "daemon/engine/stopper.h"
 #include "daemon/kv/kv.h"
+#include "daemon/kv/tier.h"
 #include "daemon/model/gguf.h"
 #include "daemon/model/model.h"
 #include "daemon/model/tokenizer.h"
@@ -26,6 +27,8 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 struct seq {
 	struct engine_req *req;
@@ -35,6 +38,10 @@ struct seq {
 	int n_tokens, n_computed, n_gen, max_tokens;
 	uint64_t admit_order;
 	bool stopped; /* a stop string matched */
+	bool tier_tried;  /* the tier was asked since it last waited or ran */
+	int tier_blocks;  /* blocks the tier read back for it */
+	struct kv_hash *want; /* its prompt's blocks up to the last being read */
+	int n_want, n_fetched;
 	struct kv_seq kv;
 	struct sampler smp;
 	struct tok_stream ts;
@@ -47,6 +54,7 @@ struct engine {
 	struct pg_backend *be;
 	char backend_note[256]; /* why "auto" picked what it picked */
 	struct kv_pool kv;
+	struct kv_tier *tier; /* NULL without --offload-dir */
 	int n_ctx, max_seqs, max_batch, chunk, n_vocab;
 
 	pthread_mutex_t lock; /* guards the fields down to `stats` */
@@ -65,6 +73,10 @@ struct engine {
 	struct seq **running;
 	int n_running;
 	struct seq *wait_head, *wait_tail;
+	struct seq *rest_head; /* waiting for the tier's reads, off the queue */
+	struct kv_hash *hbuf;  /* a prompt's block hashes */
+	int hbuf_cap;
+	uint64_t swap_out_blocks;
 	uint64_t admit_counter;
 	uint64_t uid_counter; /* under lock */
 	int32_t *b_tokens, *b_pos;
@@ -128,6 +140,63 @@ static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, 
 	return n < per_ctx ? per_ctx : n;
 }
 
+/* What a block's K/V depends on besides its tokens: the GGUF's metadata
+ * (hyperparameters, tokenizer, tensor layout), its size, and each
+ * tensor's first and last page, which tell apart files of the same shape. */
+static uint64_t model_fingerprint(const struct model *m)
+{
+	const struct gguf_file *g = m->gguf;
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, g->base, g->data_offset);
+	XXH3_64bits_update(&st, &g->size, sizeof g->size);
+	for (uint64_t i = 0; i < g->n_tensors; i++) {
+		const struct gguf_tensor *t = &g->tensors[i];
+		size_t n = t->size < 4096 ? t->size : 4096;
+		XXH3_64bits_update(&st, t->data, n);
+		XXH3_64bits_update(&st, (const uint8_t *)t->data + t->size - n, n);
+	}
+	return XXH3_64bits_digest(&st);
+}
+
+/* The pool lets go of a cached block: the tier keeps a copy. */
+static void on_evict(void *user, struct kv_pool *p, int32_t b)
+{
+	struct engine *e = user;
+	if (kv_tier_save(e->tier, p, b) == 0)
+		PROBE_SWAP_OUT(0, 0, 1, kv_pool_block_bytes(p));
+}
+
+static int open_tier(struct engine *e, const struct engine_opts *o, char *err, size_t errlen)
+{
+	if (o->no_prefix_cache) {
+		snprintf(err, errlen, "offload: the tier keeps prefix-cache blocks and needs the prefix cache "
+				      "(drop --no-prefix-cache)");
+		return -EINVAL;
+	}
+	struct kv_tier_opts to = {
+		.dir = o->offload_dir,
+		.size = o->offload_size > 0 ? o->offload_size : 1ll << 30,
+		.sqpoll = o->offload_sqpoll,
+		.fingerprint = model_fingerprint(e->m),
+		.fault = o->offload_fault,
+		.log = o->log,
+		.log_user = o->log_user,
+	};
+	int r = kv_tier_open(&e->tier, &to, &e->kv, err, errlen);
+	if (r)
+		return r;
+	e->hbuf_cap = e->n_ctx / e->kv.block_size + 1;
+	e->hbuf = malloc(e->hbuf_cap * sizeof *e->hbuf);
+	if (!e->hbuf) {
+		snprintf(err, errlen, "engine: out of memory");
+		return -ENOMEM;
+	}
+	e->kv.evict = on_evict;
+	e->kv.evict_user = e;
+	return 0;
+}
+
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)
 {
 	struct engine *e = calloc(1, sizeof *e);
@@ -160,6 +229,8 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	r = kv_pool_init(&e->kv, e->be, pool_blocks(e, o, bs), bs, hp->n_layer, hp->n_head_kv * hp->head_dim,
 			 !o->no_prefix_cache, err, errlen);
 	if (r)
+		goto fail;
+	if (o->offload_dir && *o->offload_dir && (r = open_tier(e, o, err, errlen)))
 		goto fail;
 	e->running = calloc(e->max_seqs, sizeof *e->running);
 	e->b_tokens = malloc(e->max_batch * sizeof *e->b_tokens);
@@ -206,6 +277,7 @@ void engine_wake(struct engine *e)
 
 static void seq_free(struct seq *s)
 {
+	free(s->want);
 	sampler_free(&s->smp);
 	free(s->tokens);
 	free(s);
@@ -428,11 +500,22 @@ static void apply_cancels(struct engine *e)
 	e->wait_tail = NULL;
 	for (struct seq *s = e->wait_head; s; s = s->next)
 		e->wait_tail = s;
+	for (struct seq **pp = &e->rest_head; *pp;) {
+		struct seq *s = *pp;
+		if (id_in(s->req->id, ids, n)) {
+			*pp = s->next;
+			finish(e, s, FINISH_CANCEL, 0, "cancelled");
+		} else {
+			pp = &s->next;
+		}
+	}
 	free(ids);
 }
 
 /* The most recently admitted running sequence gives its KV blocks back and
- * waits at the head of the queue; it is recomputed when readmitted. */
+ * waits at the head of the queue. With a tier its full blocks are written
+ * there (swapped out), and read back when it is readmitted if the pool
+ * has let go of them meanwhile; what neither has is recomputed. */
 static void preempt_latest(struct engine *e)
 {
 	int victim = 0;
@@ -441,6 +524,15 @@ static void preempt_latest(struct engine *e)
 			victim = i;
 	struct seq *s = e->running[victim];
 	remove_running(e, victim);
+	if (e->tier) {
+		int n = 0;
+		for (int i = 0; i < s->kv.n_hashed; i++)
+			n += kv_tier_save(e->tier, &e->kv, s->kv.blocks[i]) == 0;
+		if (n)
+			PROBE_SWAP_OUT(s->uid, s->req->id, n, (uint64_t)n * kv_pool_block_bytes(&e->kv));
+		e->swap_out_blocks += n;
+	}
+	s->tier_tried = false;
 	kv_seq_release(&e->kv, &s->kv);
 	PROBE_PREEMPT(s->uid, s->req->id, s->n_computed);
 	s->n_computed = 0;
@@ -453,6 +545,62 @@ static void preempt_latest(struct engine *e)
 struct plan {
 	int n_tok, n_slots;
 };
+
+/* Asks the tier for the blocks of s's prompt past what the pool holds
+ * (keeping the pool's matched blocks, so they stay while it waits): all
+ * reads go out in this step's one submission. True when some are in
+ * flight: s then waits off the queue and the batch goes on without it. */
+static bool start_restore(struct engine *e, struct seq *s)
+{
+	s->tier_tried = true;
+	kv_seq_match_prefix(&e->kv, &s->kv, s->tokens, s->n_tokens);
+	int n = kv_seq_next_hashes(&e->kv, &s->kv, s->tokens, s->n_tokens, e->hbuf, e->hbuf_cap);
+	/* leave the pool room for a chunk of what is computed after */
+	int64_t keep = kv_blocks_needed(&e->kv, e->chunk) + 1;
+	int k = 0, pending = 0;
+	for (; k < n; k++) {
+		struct kv_hash h = e->hbuf[k];
+		if (kv_pool_has(&e->kv, h))
+			continue;
+		if (kv_available(&e->kv) <= keep || !kv_tier_has(e->tier, h) || kv_tier_fetch(e->tier, &e->kv, h) < 0)
+			break;
+		pending++;
+	}
+	if (!pending || !(s->want = malloc(k * sizeof *s->want)))
+		return false;
+	memcpy(s->want, e->hbuf, k * sizeof *s->want);
+	s->n_want = k;
+	s->n_fetched = pending;
+	return true;
+}
+
+/* Sequences whose reads have all completed go back to the head of the
+ * queue; admission maps what verified (kv_seq_match_prefix) and computes
+ * the rest. */
+static void restore_done(struct engine *e)
+{
+	for (struct seq **pp = &e->rest_head; *pp;) {
+		struct seq *s = *pp;
+		bool busy = false;
+		for (int i = 0; i < s->n_want && !busy; i++)
+			busy = kv_tier_pending(e->tier, s->want[i]);
+		if (busy) {
+			pp = &s->next;
+			continue;
+		}
+		*pp = s->next;
+		int n = 0;
+		while (n < s->n_want && kv_pool_has(&e->kv, s->want[n]))
+			n++;
+		n = n < s->n_fetched ? n : s->n_fetched;
+		s->tier_blocks += n;
+		PROBE_SWAP_IN(s->uid, s->req->id, n, (uint64_t)n * kv_pool_block_bytes(&e->kv));
+		free(s->want);
+		s->want = NULL;
+		s->n_want = 0;
+		push_wait_front(e, s);
+	}
+}
 
 static void plan_add(struct engine *e, struct plan *p, struct seq *s, int take)
 {
@@ -507,6 +655,12 @@ again:
 	}
 	while (e->wait_head && e->n_running < e->max_seqs && p->n_tok < e->max_batch) {
 		struct seq *s = e->wait_head;
+		if (e->tier && !s->tier_tried && start_restore(e, s)) {
+			pop_wait(e);
+			s->next = e->rest_head;
+			e->rest_head = s;
+			continue;
+		}
 		int cached = kv_seq_match_prefix(&e->kv, &s->kv, s->tokens, s->n_tokens);
 		s->n_computed = cached;
 		int take = chunk_for(e, s, p);
@@ -514,6 +668,7 @@ again:
 			/* admitted later, when blocks free up; hold nothing meanwhile */
 			kv_seq_release(&e->kv, &s->kv);
 			s->n_computed = 0;
+			s->tier_tried = false;
 			break;
 		}
 		pop_wait(e);
@@ -522,9 +677,17 @@ again:
 			s->req->timings.n_cached = cached < s->req->n_prompt ? cached : s->req->n_prompt;
 			PROBE_ADMIT(s->uid, s->req->id, s->req->timings.t_admit_ns - s->req->timings.t_submit_ns,
 				    s->req->timings.n_cached);
+			int from_tier = s->tier_blocks * e->kv.block_size;
+			if (from_tier > s->req->timings.n_cached)
+				from_tier = s->req->timings.n_cached;
+			if (s->req->timings.n_cached - from_tier > 0)
+				PROBE_PREFIX_HIT(s->uid, s->req->id, s->req->timings.n_cached - from_tier, 0);
+			if (from_tier > 0)
+				PROBE_PREFIX_HIT(s->uid, s->req->id, from_tier, 1);
 			pthread_mutex_lock(&e->lock);
 			e->stats.prompt_tokens += s->req->n_prompt;
 			e->stats.cached_prompt_tokens += s->req->timings.n_cached;
+			e->stats.tier_prompt_tokens += from_tier;
 			pthread_mutex_unlock(&e->lock);
 		}
 		s->admit_order = ++e->admit_counter;
@@ -617,6 +780,23 @@ static void update_stats(struct engine *e, const struct plan *p)
 	e->stats.kv_blocks_used = kv_used(&e->kv);
 	e->stats.kv_blocks_cached = e->kv.n_cached;
 	e->stats.kv_waste = used_slots ? (double)(used_slots - tokens) / used_slots : 0;
+	if (e->tier) {
+		struct kv_tier_stats ts;
+		kv_tier_get_stats(e->tier, &ts);
+		struct engine_offload *o = &e->stats.offload;
+		*o = (struct engine_offload){
+			.enabled = ts.enabled, .disabled = ts.disabled, .direct = ts.direct,
+			.slots_total = ts.slots_total, .slots_used = ts.slots_used,
+			.blocks_out = ts.blocks_out, .bytes_out = ts.bytes_out,
+			.blocks_in = ts.blocks_in, .bytes_in = ts.bytes_in,
+			.warm_blocks = ts.warm_blocks, .dropped_writes = ts.dropped_writes,
+			.swap_out_blocks = e->swap_out_blocks,
+			.err_crc = ts.err_crc, .err_short = ts.err_short, .err_io = ts.err_io,
+			.err_nospc = ts.err_nospc, .err_header = ts.err_header,
+		};
+		for (int i = 0; i < KV_TIER_LAT_BUCKETS && i < 16; i++)
+			o->read_lat_us[i] = ts.read_lat[i];
+	}
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -660,9 +840,15 @@ int engine_step(struct engine *e)
 	pthread_mutex_unlock(&e->lock);
 	if (drop)
 		kv_drop_cache(&e->kv);
+	if (e->tier) {
+		kv_tier_reap(e->tier, &e->kv, 0);
+		restore_done(e);
+	}
 	apply_cancels(e);
 	struct plan p;
 	schedule(e, &p);
+	if (e->tier)
+		kv_tier_submit(e->tier); /* the disk works while the batch computes */
 	if (p.n_tok > 0) {
 		uint64_t t0 = now_ns();
 		for (int i = 0; i < p.n_slots; i++)
@@ -680,10 +866,14 @@ int engine_step(struct engine *e)
 		else
 			after_forward(e, &p);
 		PROBE_STEP(p.n_tok, p.n_slots, now_ns() - t0, t_fwd - t0);
+	} else if (e->rest_head) {
+		/* nothing else can run: wait for the disk here */
+		kv_tier_reap(e->tier, &e->kv, 20);
 	}
 	update_stats(e, &p);
 	pthread_mutex_lock(&e->lock);
-	int left = e->n_running + (e->wait_head != NULL) + (e->in_head != NULL) + e->n_cancel;
+	int left = e->n_running + (e->wait_head != NULL) + (e->in_head != NULL) + e->n_cancel +
+		   (e->rest_head != NULL);
 	pthread_mutex_unlock(&e->lock);
 	return left;
 }
@@ -691,7 +881,7 @@ int engine_step(struct engine *e)
 bool engine_wait(struct engine *e, int timeout_ms)
 {
 	pthread_mutex_lock(&e->lock);
-	bool work = e->n_running || e->wait_head || e->in_head || e->n_cancel;
+	bool work = e->n_running || e->wait_head || e->in_head || e->n_cancel || e->rest_head;
 	pthread_mutex_unlock(&e->lock);
 	if (!work && timeout_ms != 0) {
 		struct pollfd pfd = { .fd = e->evfd, .events = POLLIN };
@@ -701,7 +891,7 @@ bool engine_wait(struct engine *e, int timeout_ms)
 	while (read(e->evfd, &v, sizeof v) > 0)
 		;
 	pthread_mutex_lock(&e->lock);
-	work = e->n_running || e->wait_head || e->in_head || e->n_cancel;
+	work = e->n_running || e->wait_head || e->in_head || e->n_cancel || e->rest_head;
 	pthread_mutex_unlock(&e->lock);
 	return work;
 }
@@ -751,7 +941,18 @@ void engine_destroy(struct engine *e)
 		struct seq *s;
 		while ((s = pop_wait(e)))
 			finish(e, s, FINISH_CANCEL, 0, "engine shut down");
+		while ((s = e->rest_head)) {
+			e->rest_head = s->next;
+			finish(e, s, FINISH_CANCEL, 0, "engine shut down");
+		}
 	}
+	if (e->tier) {
+		/* what the pool caches goes down too, for the next start */
+		e->kv.evict = NULL;
+		kv_tier_flush(e->tier, &e->kv);
+		kv_tier_close(e->tier);
+	}
+	free(e->hbuf);
 	free(e->cancel_ids);
 	free(e->running);
 	free(e->b_tokens);

@@ -29,6 +29,15 @@ struct engine_opts {
 	int64_t kv_mem;       /* KV pool bytes; 0: enough for max_seqs full contexts */
 	int block_size;       /* tokens per KV block; 0: 16 */
 	bool no_prefix_cache;
+	/* The NVMe tier (daemon/kv/tier.h): off without a directory. */
+	const char *offload_dir;
+	int64_t offload_size; /* bytes of its file; 0: 1 GiB */
+	bool offload_sqpoll;
+	const char *offload_fault; /* fault injection for tests (kv_tier_fault_help) */
+	/* Events an operator should see (the tier falling back or turning
+	 * itself off), syslog levels; may be NULL. */
+	void (*log)(void *user, int level, const char *msg);
+	void *log_user;
 	/* Called while loading (stage name, fraction done of that stage), on
 	 * the calling thread; may be NULL. */
 	void (*progress)(void *user, const char *stage, double frac);
@@ -137,6 +146,15 @@ struct engine_stats {
 	int running, waiting;
 	int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached;
 	double kv_waste; /* allocated slots not holding a token / allocated slots */
+	uint64_t tier_prompt_tokens; /* of cached_prompt_tokens, read back from the tier */
+	struct engine_offload {
+		bool enabled, disabled, direct;
+		int64_t slots_total, slots_used;
+		uint64_t blocks_out, bytes_out, blocks_in, bytes_in, warm_blocks, dropped_writes;
+		uint64_t swap_out_blocks; /* written for preempted sequences */
+		uint64_t err_crc, err_short, err_io, err_nospc, err_header;
+		uint64_t read_lat_us[16]; /* bucket i: [2^i, 2^(i+1)) us */
+	} offload;
 	/* latency over the last ENGINE_LAT_WINDOW requests / tokens, in ns */
 	uint64_t ttft_p50, ttft_p99, itl_p50, itl_p99;
 };

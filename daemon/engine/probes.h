@@ -10,6 +10,13 @@
  *   request__done(uid, id, reason, n_gen, total_ns)
  *   request__preempt(uid, id, n_tokens)
  *   step(n_tokens, n_seqs, step_ns, forward_ns)
+ *   kv__swap_out(uid, id, n_blocks, bytes)   blocks queued for the tier
+ *   kv__swap_in(uid, id, n_blocks, bytes)    blocks read back for a request
+ *   kv__prefix_hit(uid, id, n_tokens, source) prompt tokens found at
+ *       admission; source 0 the memory pool, 1 the NVMe tier
+ *
+ * kv__swap_out fires for a preempted sequence's blocks (its uid and id)
+ * and for blocks the pool evicts from its cache (uid and id 0).
  *
  * A step's time is its forward pass plus sampling and handing the tokens
  * out (to the client's ring in pagodad): step_ns - forward_ns is what the
@@ -28,5 +35,8 @@
 #define PROBE_DONE(uid, id, why, n, t) DTRACE_PROBE5(pagoda, request__done, uid, id, why, n, t)
 #define PROBE_PREEMPT(uid, id, n) DTRACE_PROBE3(pagoda, request__preempt, uid, id, n)
 #define PROBE_STEP(n, s, t, f) DTRACE_PROBE4(pagoda, step, n, s, t, f)
+#define PROBE_SWAP_OUT(uid, id, n, b) DTRACE_PROBE4(pagoda, kv__swap_out, uid, id, n, b)
+#define PROBE_SWAP_IN(uid, id, n, b) DTRACE_PROBE4(pagoda, kv__swap_in, uid, id, n, b)
+#define PROBE_PREFIX_HIT(uid, id, n, src) DTRACE_PROBE4(pagoda, kv__prefix_hit, uid, id, n, src)
 
 #endif

@@ -26,6 +26,24 @@ bool opt_int(const char *s, long lo, long hi, long *out)
 	return true;
 }
 
+bool opt_size(const char *s, int64_t *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	int64_t mul = 1;
+	switch (*end) {
+	case 'K': case 'k': mul = 1ll << 10; end++; break;
+	case 'M': case 'm': mul = 1ll << 20; end++; break;
+	case 'G': case 'g': mul = 1ll << 30; end++; break;
+	case 'T': case 't': mul = 1ll << 40; end++; break;
+	}
+	if (errno || end == s || *end || v < 0 || v > INT64_MAX / mul)
+		return false;
+	*out = v * mul;
+	return true;
+}
+
 bool opt_float(const char *s, float *out)
 {
 	char *end;

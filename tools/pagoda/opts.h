@@ -17,6 +17,8 @@ int opt_sampling(int argc, char **argv, int *i, struct sampling *s);
  * why) if missing. */
 const char *opt_value(int argc, char **argv, int *i);
 bool opt_int(const char *s, long lo, long hi, long *out);
+/* A byte count with an optional K, M, G or T suffix (powers of 1024). */
+bool opt_size(const char *s, int64_t *out);
 bool opt_float(const char *s, float *out);
 /* Reads a whole stream into a NUL-terminated buffer (caller frees). */
 char *read_all(FILE *f, size_t *len);

@@ -48,6 +48,10 @@ static int usage(FILE *f)
 		   "  --backend NAME       cpu, cuda or auto (default: cuda when a GPU is found)\n"
 		   "  --ids                print generated token ids instead of text\n"
 		   "  --stats              print the engine's counters (KV blocks, cache, batching) at the end\n"
+		   "  --kv-blocks N        KV pool size in blocks (default: enough for the context)\n"
+		   "  --offload-dir DIR    keep KV blocks the pool lets go of in DIR/pagoda-kv.tier (NVMe tier)\n"
+		   "  --offload-size SIZE  bytes of that file, K/M/G suffixes (default 1G)\n"
+		   "  --offload-sqpoll     a kernel thread polls the tier's io_uring\n"
 		   SAMPLING_FLAGS_HELP);
 	return f == stdout ? 0 : 2;
 }
@@ -61,6 +65,36 @@ static void report(const struct engine_req *r)
 	fprintf(stderr, "\npagoda: prompt %d tokens, %.2f tok/s | generated %d tokens, %.2f tok/s | TTFT %.1f ms\n",
 		t->n_prompt, prefill > 0 ? t->n_prompt / prefill : 0.0, t->n_gen,
 		gen > 0 ? (t->n_gen - 1) / gen : 0.0, ttft * 1e3);
+}
+
+static void on_log(void *user, int level, const char *msg)
+{
+	fprintf(stderr, "pagoda: %s\n", msg);
+}
+
+static void print_offload(const struct engine_stats *st)
+{
+	const struct engine_offload *o = &st->offload;
+	if (!o->enabled)
+		return;
+	fprintf(stderr,
+		"pagoda: offload %s%s | slots %lld of %lld used, %llu found at start | out %llu blocks "
+		"(%llu bytes, %llu for preempted sequences), in %llu blocks (%llu bytes), prompt tokens from "
+		"the tier %llu | dropped writes %llu | errors: crc %llu, short %llu, io %llu, nospc %llu, "
+		"header %llu\n",
+		o->disabled ? "OFF after an error" : "on", o->direct ? " (O_DIRECT)" : " (buffered)",
+		(long long)o->slots_used, (long long)o->slots_total, (unsigned long long)o->warm_blocks,
+		(unsigned long long)o->blocks_out, (unsigned long long)o->bytes_out,
+		(unsigned long long)o->swap_out_blocks, (unsigned long long)o->blocks_in,
+		(unsigned long long)o->bytes_in, (unsigned long long)st->tier_prompt_tokens,
+		(unsigned long long)o->dropped_writes, (unsigned long long)o->err_crc,
+		(unsigned long long)o->err_short, (unsigned long long)o->err_io, (unsigned long long)o->err_nospc,
+		(unsigned long long)o->err_header);
+	fprintf(stderr, "pagoda: offload read latency (us, count):");
+	for (int i = 0; i < 16; i++)
+		if (o->read_lat_us[i])
+			fprintf(stderr, " %u-%u:%llu", i ? 1u << i : 0, (2u << i) - 1, (unsigned long long)o->read_lat_us[i]);
+	fputc('\n', stderr);
 }
 
 static void print_stats(struct engine *e)
@@ -84,11 +118,12 @@ static void print_stats(struct engine *e)
 		(unsigned long long)st.requests_finished, (unsigned long long)st.requests_failed,
 		(unsigned long long)st.requests_cancelled, (unsigned long long)st.steps,
 		(unsigned long long)st.preemptions, st.running, st.waiting);
+	print_offload(&st);
 }
 
 int cmd_run(int argc, char **argv)
 {
-	struct engine_opts eo = { .backend = "auto" };
+	struct engine_opts eo = { .backend = "auto", .log = on_log, .offload_fault = getenv("PAGODA_OFFLOAD_FAULT") };
 	struct sampling smp;
 	sampling_defaults(&smp);
 	const char *prompt = NULL, *prompt_file = NULL;
@@ -111,6 +146,10 @@ int cmd_run(int argc, char **argv)
 			stats = true;
 			continue;
 		}
+		if (!strcmp(a, "--offload-sqpoll")) {
+			eo.offload_sqpoll = true;
+			continue;
+		}
 		if (!(val = opt_value(argc, argv, &i)))
 			return 2;
 		if (!strcmp(a, "-m") || !strcmp(a, "--model"))
@@ -127,6 +166,12 @@ int cmd_run(int argc, char **argv)
 			eo.threads = (int)v;
 		else if (!strcmp(a, "--backend"))
 			eo.backend = val;
+		else if (!strcmp(a, "--kv-blocks") && opt_int(val, 1, INT32_MAX >> 2, &v))
+			eo.kv_blocks = v;
+		else if (!strcmp(a, "--offload-dir"))
+			eo.offload_dir = val;
+		else if (!strcmp(a, "--offload-size") && opt_size(val, &eo.offload_size))
+			;
 		else {
 			fprintf(stderr, "pagoda run: bad option %s %s\n", a, val);
 			return usage(stderr);
