@@ -31,6 +31,8 @@ enum field {
 	NPROP,
 	/* Stats() only */
 	F_CACHED_PROMPT = NPROP, F_PREFILL, F_DECODE, F_STEPS, F_KV_WASTE, F_INFLIGHT,
+	F_OFF_BLK_IN, F_OFF_BLK_OUT, F_OFF_SWAP_OUT, F_OFF_TIER_TOK, F_OFF_SLOTS, F_OFF_SLOTS_USED, F_OFF_WARM,
+	F_OFF_DROPPED, F_OFF_ERR_CRC, F_OFF_ERR_SHORT, F_OFF_ERR_IO, F_OFF_ERR_NOSPC, F_OFF_ERR_HDR, F_OFF_OFF,
 	NFIELD
 };
 
@@ -78,6 +80,20 @@ static const struct fdef fields[NFIELD] = {
 	[F_STEPS] = { "Steps", 't', false },
 	[F_KV_WASTE] = { "KVWaste", 'd', false },
 	[F_INFLIGHT] = { "Inflight", 'u', false },
+	[F_OFF_BLK_IN] = { "OffloadBlocksIn", 't', false },
+	[F_OFF_BLK_OUT] = { "OffloadBlocksOut", 't', false },
+	[F_OFF_SWAP_OUT] = { "OffloadSwapOutBlocks", 't', false },
+	[F_OFF_TIER_TOK] = { "OffloadPromptTokens", 't', false },
+	[F_OFF_SLOTS] = { "OffloadSlotsTotal", 't', false },
+	[F_OFF_SLOTS_USED] = { "OffloadSlotsUsed", 't', false },
+	[F_OFF_WARM] = { "OffloadWarmBlocks", 't', false },
+	[F_OFF_DROPPED] = { "OffloadDroppedWrites", 't', false },
+	[F_OFF_ERR_CRC] = { "OffloadErrorsChecksum", 't', false },
+	[F_OFF_ERR_SHORT] = { "OffloadErrorsShort", 't', false },
+	[F_OFF_ERR_IO] = { "OffloadErrorsIO", 't', false },
+	[F_OFF_ERR_NOSPC] = { "OffloadErrorsNoSpace", 't', false },
+	[F_OFF_ERR_HDR] = { "OffloadErrorsHeader", 't', false },
+	[F_OFF_OFF] = { "OffloadDisabled", 'u', false },
 };
 
 struct val {
@@ -174,6 +190,23 @@ static void snapshot_now(struct pbus *b, struct val *v)
 		v[F_DECODE].u = st.decode_tokens;
 		v[F_STEPS].u = st.steps;
 		v[F_KV_WASTE].d = st.kv_waste;
+		const struct engine_offload *o = &st.offload;
+		v[F_OFF_IN].u = o->bytes_in;
+		v[F_OFF_OUT].u = o->bytes_out;
+		v[F_OFF_BLK_IN].u = o->blocks_in;
+		v[F_OFF_BLK_OUT].u = o->blocks_out;
+		v[F_OFF_SWAP_OUT].u = o->swap_out_blocks;
+		v[F_OFF_TIER_TOK].u = st.tier_prompt_tokens;
+		v[F_OFF_SLOTS].u = (uint64_t)o->slots_total;
+		v[F_OFF_SLOTS_USED].u = (uint64_t)o->slots_used;
+		v[F_OFF_WARM].u = o->warm_blocks;
+		v[F_OFF_DROPPED].u = o->dropped_writes;
+		v[F_OFF_ERR_CRC].u = o->err_crc;
+		v[F_OFF_ERR_SHORT].u = o->err_short;
+		v[F_OFF_ERR_IO].u = o->err_io;
+		v[F_OFF_ERR_NOSPC].u = o->err_nospc;
+		v[F_OFF_ERR_HDR].u = o->err_header;
+		v[F_OFF_OFF].u = o->disabled;
 	}
 	if (b->srv) {
 		struct ipc_live l;

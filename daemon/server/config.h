@@ -19,6 +19,9 @@ struct srv_config {
 	int threads, ctx, max_seqs, max_batch_tokens, prefill_chunk, block_size;
 	int64_t kv_blocks, kv_mem;
 	bool no_prefix_cache;
+	char offload_dir[4096];
+	int64_t offload_size;
+	bool offload_sqpoll;
 	char allow_group[64];
 	char allow_users[512];
 	bool allow_any;

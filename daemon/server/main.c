@@ -91,6 +91,11 @@ struct loader {
 	int done_fd;
 };
 
+static void on_engine_log(void *user, int level, const char *msg)
+{
+	log_msg(level, "%s", msg);
+}
+
 static void on_progress(void *user, const char *stage, double frac)
 {
 	struct loader *l = user;
@@ -129,6 +134,11 @@ static struct engine *load(struct srv_config *cfg, struct pbus *bus, const sigse
 			.kv_mem = cfg->kv_mem,
 			.block_size = cfg->block_size,
 			.no_prefix_cache = cfg->no_prefix_cache,
+			.offload_dir = cfg->offload_dir,
+			.offload_size = cfg->offload_size,
+			.offload_sqpoll = cfg->offload_sqpoll,
+			.offload_fault = getenv("PAGODA_OFFLOAD_FAULT"),
+			.log = on_engine_log,
 			.progress = on_progress,
 		},
 	};

@@ -1,0 +1,177 @@
+#!/bin/sh
+# The NVMe tier through a real pagodad, a real file and real io_uring:
+# 16 conversations sharing a 2,000-token prefix on a pool too small for
+# them all equal their solo greedy runs byte for byte, the prefix evicted
+# by another long prompt comes back from the tier instead of being
+# recomputed (prefill counter), a restarted daemon serves it from the file
+# at once, injected corruption, short reads and EIO are recomputed (and
+# counted), ENOSPC on a write turns the tier off with a log line, and a
+# tier larger than its (tmpfs) file system is refused at start-up.
+# Counters are read with D-Bus Stats() on a private session bus.
+. "$(dirname "$0")/lib.sh"
+for b in pagodad pagoda pagoda-mkmodel; do [ -x "$B/$b" ] || { echo "SKIP: $B/$b not built" >&2; exit 77; }; done
+for c in dbus-daemon busctl python3; do
+	command -v $c >/dev/null || { echo "SKIP: $c not installed" >&2; exit 77; }
+done
+D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-off-XXXXXX")
+DP= BP= MNT=
+cleanup() {
+	[ -n "$DP" ] && kill -KILL "$DP" 2>/dev/null
+	[ -n "$BP" ] && kill "$BP" 2>/dev/null
+	[ -n "$MNT" ] && umount "$MNT" 2>/dev/null
+	rm -rf "$D"
+}
+trap cleanup EXIT
+dbus-daemon --session --fork --nopidfile --print-address=3 --print-pid=4 3>"$D/addr" 4>"$D/bpid" 2>/dev/null ||
+	{ echo "SKIP: cannot start a private dbus-daemon" >&2; exit 77; }
+BP=$(cat "$D/bpid")
+DBUS_SESSION_BUS_ADDRESS=$(head -1 "$D/addr")
+export DBUS_SESSION_BUS_ADDRESS
+
+M=$D/tiny.gguf
+"$B/pagoda-mkmodel" -o "$M" --ctx 4096 --type Q8_0 -q 2>/dev/null
+[ -s "$M" ] || { bad "pagoda-mkmodel"; finish; }
+# ~2,000 tokens with the built-in tokenizer; a second text of the same size evicts it
+python3 - "$D" <<'PY'
+import random, sys
+d = sys.argv[1]
+w = "the cat sat on a mat and then dog ran far away in park sun".split()
+for name, seed in (("prefix", 1), ("flush", 2)):
+    random.seed(seed)
+    open(f"{d}/{name}", "w").write(" ".join(random.choice(w) for _ in range(850)))
+PY
+N=16
+for i in $(seq 0 $((N - 1))); do
+	printf '%s question %d: what did the %d cats do?' "$(cat "$D/prefix")" $i $((i * 7)) > "$D/p$i"
+done
+CTX=2304
+for i in $(seq 0 $((N - 1))); do
+	"$B/pagoda" run -m "$M" -f "$D/p$i" -n 24 --temp 0 -c $CTX -t 2 > "$D/solo$i" 2>/dev/null
+done
+"$B/pagoda" run -m "$M" -f "$D/flush" -n 4 --temp 0 -c $CTX -t 2 > "$D/soloflush" 2>"$D/solo.err"
+
+stat_of() { # NAME: a Stats() counter
+	busctl --user call org.pagoda.Daemon1 /org/pagoda/Daemon1 org.pagoda.Daemon1 Stats --json=short |
+		python3 -c "import json,sys; print(json.load(sys.stdin)['data'][0]['$1']['data'])"
+}
+
+start_daemon() { # LOG ARGS...
+	_log=$1
+	shift
+	"$B/pagodad" --model "$M" --socket "$D/sock" --ctx $CTX --max-seqs $N --threads 2 --bus session "$@" \
+		2>"$_log" &
+	DP=$!
+	_k=0
+	until stat_of Steps >/dev/null 2>&1; do
+		_k=$((_k + 1))
+		if [ $_k -gt 300 ] || ! alive $DP; then DP=; return 1; fi
+		sleep 0.1
+	done
+}
+
+stop_daemon() {
+	stop_bg $DP TERM 60 2>/dev/null
+	DP=
+	rm -f "$D/sock"
+}
+
+gen() { # I: conversation I, output in outI
+	"$B/pagoda" generate --socket "$D/sock" -f "$D/p$1" -n 24 --temp 0 > "$D/out$1" 2>"$D/err$1"
+}
+
+same() { # I LABEL
+	if cmp -s "$D/out$1" "$D/solo$1"; then ok; else bad "$2: conversation $1 differs from its solo run"; head -c 300 "$D/err$1" >&2; fi
+}
+
+# 1. The pool holds one prefix and little more: 16 conversations at once
+# need ~3 blocks each past the 125 they share.
+T1=$D/tier1
+mkdir "$T1"
+start_daemon "$D/log1" --kv-blocks 170 --offload-dir "$T1" --offload-size 64M || { bad "pagodad did not start"; cat "$D/log1" >&2; finish; }
+gen 0
+same 0 "first"
+"$B/pagoda" generate --socket "$D/sock" -f "$D/flush" -n 4 --temp 0 > "$D/outflush" 2>/dev/null
+cmp -s "$D/outflush" "$D/soloflush" && ok || bad "the evicting prompt differs from its solo run"
+out1=$(stat_of OffloadBlocksOut)
+[ "$out1" -gt 50 ] && ok || bad "the evicted prefix was not written to the tier ($out1 blocks out)"
+pre1=$(stat_of PrefillTokens)
+for i in $(seq 1 $((N - 1))); do gen $i & eval "g$i=\$!"; done
+for i in $(seq 1 $((N - 1))); do eval "wait \$g$i"; done
+for i in $(seq 1 $((N - 1))); do same $i "16 conversations"; done
+pre2=$(stat_of PrefillTokens)
+in2=$(stat_of OffloadBlocksIn)
+tier_tok=$(stat_of OffloadPromptTokens)
+[ "$in2" -gt 50 ] && ok || bad "the prefix was not read back from the tier ($in2 blocks in)"
+[ "$tier_tok" -ge 800 ] && ok || bad "prompt tokens served by the tier: $tier_tok"
+# 15 suffixes of ~15 tokens (and the recompute of preempted ones' last
+# blocks): far below the 2,000 a recomputed prefix costs
+[ $((pre2 - pre1)) -lt 1500 ] && ok || bad "the prefix was recomputed: $((pre2 - pre1)) tokens prefilled"
+echo "offload: 16 conversations: prefilled $((pre2 - pre1)), tier blocks in $in2 out $(stat_of OffloadBlocksOut)," \
+	"preemptions $(stat_of Preemptions), swap-out blocks $(stat_of OffloadSwapOutBlocks)" >&2
+stop_daemon
+
+# 2. Warm restart: the first request with the known prefix is served from
+# the tier (next to nothing prefilled) and equals a cold run.
+start_daemon "$D/log2" --kv-blocks 170 --offload-dir "$T1" --offload-size 64M || { bad "restart"; cat "$D/log2" >&2; finish; }
+grep -q "warm start" "$D/log2" && ok || bad "no warm start line: $(cat "$D/log2")"
+[ "$(stat_of OffloadWarmBlocks)" -gt 100 ] && ok || bad "warm blocks: $(stat_of OffloadWarmBlocks)"
+gen 3
+same 3 "after restart"
+pre=$(stat_of PrefillTokens)
+[ "$pre" -lt 100 ] && ok || bad "after a restart the prefix was recomputed ($pre tokens prefilled)"
+stop_daemon
+
+# 3. Faults on reads: a corrupt block, a short read, EIO. Each is dropped
+# and recomputed: exact output, each counted.
+PAGODA_OFFLOAD_FAULT=read:2:corrupt,read:5:short,read:9:eio start_daemon "$D/log3" --kv-blocks 170 \
+	--offload-dir "$T1" --offload-size 64M || { bad "start with faults"; cat "$D/log3" >&2; finish; }
+gen 4
+same 4 "injected read faults"
+for c in OffloadErrorsChecksum OffloadErrorsShort OffloadErrorsIO; do
+	[ "$(stat_of $c)" = 1 ] && ok || bad "$c = $(stat_of $c), want 1"
+done
+[ "$(stat_of OffloadDisabled)" = 0 ] && ok || bad "read faults turned the tier off"
+[ "$(stat_of PrefillTokens)" -gt 1000 ] && ok || bad "the blocks after a bad one were not recomputed"
+stop_daemon
+
+# 4. ENOSPC on a later write: the tier turns itself off, saying so;
+# serving goes on.
+T2=$D/tier2
+mkdir "$T2"
+PAGODA_OFFLOAD_FAULT=write:3:enospc start_daemon "$D/log4" --kv-blocks 170 --offload-dir "$T2" \
+	--offload-size 64M || { bad "start (enospc)"; cat "$D/log4" >&2; finish; }
+gen 5
+"$B/pagoda" generate --socket "$D/sock" -f "$D/flush" -n 4 --temp 0 > /dev/null 2>&1
+gen 6
+same 5 "before ENOSPC"
+same 6 "after ENOSPC"
+[ "$(stat_of OffloadDisabled)" = 1 ] && ok || bad "ENOSPC did not turn the tier off"
+[ "$(stat_of OffloadErrorsNoSpace)" = 1 ] && ok || bad "ENOSPC not counted"
+grep -q "the tier is off" "$D/log4" && ok || bad "no log line for the tier turning off"
+stop_daemon
+
+# 5. A tmpfs of 2 MiB: 64 MiB cannot be had (a clear start-up error); 1 MiB
+# can, and its few slots churn in LRU order while outputs stay exact.
+if [ "$(id -u)" = 0 ] && mkdir "$D/mnt" && mount -t tmpfs -o size=2m tmpfs "$D/mnt" 2>/dev/null; then
+	MNT=$D/mnt
+	if "$B/pagodad" --model "$M" --socket "$D/sock" --ctx $CTX --threads 2 --bus none \
+		--offload-dir "$MNT" --offload-size 64M 2>"$D/log5"; then
+		bad "a 64 MiB tier on a 2 MiB file system started"
+	else
+		grep -q "no space left" "$D/log5" && ok || bad "unclear ENOSPC at start-up: $(cat "$D/log5")"
+	fi
+	start_daemon "$D/log6" --kv-blocks 170 --offload-dir "$MNT" --offload-size 1M ||
+		{ bad "a 1 MiB tier on tmpfs"; cat "$D/log6" >&2; finish; }
+	gen 7
+	"$B/pagoda" generate --socket "$D/sock" -f "$D/flush" -n 4 --temp 0 > /dev/null 2>&1
+	gen 8
+	same 7 "tmpfs tier"
+	same 8 "tmpfs tier, full"
+	[ "$(stat_of OffloadSlotsUsed)" -le "$(stat_of OffloadSlotsTotal)" ] && ok || bad "slots over capacity"
+	[ "$(stat_of OffloadDisabled)" = 0 ] && ok || bad "a full tier turned itself off"
+	stop_daemon
+	umount "$MNT" && MNT=
+else
+	echo "offload: no tmpfs mount here (not root?): the small file system cases are skipped" >&2
+fi
+finish
