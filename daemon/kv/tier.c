@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PAGE 4096u
-#define SLOT_HDR 64u
+#define PAGE ((unsigned)KV_TIER_FILE_HDR)
+#define SLOT_HDR ((unsigned)KV_TIER_SLOT_HDR)
 #define SLOT_MAGIC 0x564b4750u /* "PGKV" */
 #define FILE_MAGIC "PAGODAKV"
 #define FORMAT_VERSION 1u
@@ -818,6 +818,7 @@ int kv_tier_open(struct kv_tier **out, const struct kv_tier_opts *o, const struc
 		t->free_ops[i] = t->n_staging - 1 - i;
 	t->n_free_ops = t->n_staging;
 	t->st.slots_total = t->n_slots;
+	t->st.slot_bytes = t->slot_bytes;
 	if ((r = setup_file(t, o, err, errlen)) < 0 || (r = setup_ring(t, o, err, errlen)) < 0)
 		goto fail;
 	t->st.enabled = true;

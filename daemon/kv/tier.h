@@ -44,12 +44,18 @@ struct kv_tier_opts {
 	void *log_user;
 };
 
+/* The file: a header page, then slots of slot_bytes (see the stats), each
+ * a KV_TIER_SLOT_HDR-byte header followed by the block's bytes. */
+#define KV_TIER_FILE_HDR 4096
+#define KV_TIER_SLOT_HDR 64
+
 #define KV_TIER_LAT_BUCKETS 16 /* read latency: bucket i counts [2^i, 2^(i+1)) us */
 
 struct kv_tier_stats {
 	bool enabled, direct, fixed_bufs, sqpoll;
 	bool disabled; /* turned off by ENOSPC or EIO on a write */
 	int64_t slots_total, slots_used;
+	size_t slot_bytes;
 	uint64_t blocks_out, bytes_out;   /* writes completed */
 	uint64_t blocks_in, bytes_in;     /* verified reads */
 	uint64_t warm_blocks;             /* found at start */
