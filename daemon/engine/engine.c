@@ -164,7 +164,7 @@ static void on_evict(void *user, struct kv_pool *p, int32_t b)
 {
 	struct engine *e = user;
 	if (kv_tier_save(e->tier, p, b) == 0)
-		PROBE_SWAP_OUT(0, 0, 1, kv_pool_block_bytes(p));
+		PROBE_SWAP_OUT((uint64_t)0, (uint64_t)0, 1, (uint64_t)kv_pool_block_bytes(p));
 }
 
 static int open_tier(struct engine *e, const struct engine_opts *o, char *err, size_t errlen)
@@ -765,6 +765,8 @@ static void update_stats(struct engine *e, const struct plan *p)
 {
 	int waiting = 0;
 	for (struct seq *s = e->wait_head; s; s = s->next)
+		waiting++;
+	for (struct seq *s = e->rest_head; s; s = s->next)
 		waiting++;
 	int64_t used_slots = 0, tokens = 0;
 	for (int i = 0; i < e->n_running; i++) {

@@ -14,10 +14,11 @@ for c in dbus-daemon busctl python3; do
 	command -v $c >/dev/null || { echo "SKIP: $c not installed" >&2; exit 77; }
 done
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-off-XXXXXX")
-DP= BP= MNT=
+DP= BP= BT= MNT=
 cleanup() {
 	[ -n "$DP" ] && kill -KILL "$DP" 2>/dev/null
 	[ -n "$BP" ] && kill "$BP" 2>/dev/null
+	[ -n "$BT" ] && kill "$BT" 2>/dev/null
 	[ -n "$MNT" ] && umount "$MNT" 2>/dev/null
 	rm -rf "$D"
 }
@@ -88,6 +89,14 @@ same() { # I LABEL
 T1=$D/tier1
 mkdir "$T1"
 start_daemon "$D/log1" --kv-blocks 170 --offload-dir "$T1" --offload-size 64M || { bad "pagodad did not start"; cat "$D/log1" >&2; finish; }
+BT=
+if [ "$(id -u)" = 0 ] && command -v bpftrace >/dev/null; then
+	P=usdt:$(cd "$B" && pwd)/pagodad:pagoda
+	bpftrace -e "$P:kv__prefix_hit { @hit[arg3] = sum(arg2); } $P:kv__swap_in { @in = sum(arg2); @inb = sum(arg3); }
+		$P:kv__swap_out { @out = sum(arg2); @outb = sum(arg3); }" -p $DP > "$D/bt" 2>&1 &
+	BT=$!
+	wait_match "$D/bt" Attaching 120 || bad "bpftrace did not attach in 120 s"
+fi
 gen 0
 same 0 "first"
 "$B/pagoda" generate --socket "$D/sock" -f "$D/flush" -n 4 --temp 0 > "$D/outflush" 2>/dev/null
@@ -106,6 +115,15 @@ tier_tok=$(stat_of OffloadPromptTokens)
 # 15 suffixes of ~15 tokens (and the recompute of preempted ones' last
 # blocks): far below the 2,000 a recomputed prefix costs
 [ $((pre2 - pre1)) -lt 1500 ] && ok || bad "the prefix was recomputed: $((pre2 - pre1)) tokens prefilled"
+if [ -n "$BT" ]; then
+	stop_bg $BT INT 30 2>>"$D/bt"
+	v() { sed -n "s/^@$1: //p" "$D/bt"; }
+	# a block of the tiny model: 16 tokens x 4 layers x 128 (K and V, f16)
+	[ "$(v 'hit\[1\]')" -ge 800 ] && ok || bad "kv__prefix_hit from the tier: $(cat "$D/bt")"
+	[ "$(v 'hit\[0\]')" -gt 0 ] && ok || bad "kv__prefix_hit from the pool: $(cat "$D/bt")"
+	[ "$(v in)" -gt 50 ] && [ "$(v inb)" = $(($(v in) * 32768)) ] && ok || bad "kv__swap_in: $(cat "$D/bt")"
+	[ "$(v out)" -gt 50 ] && [ "$(v outb)" = $(($(v out) * 32768)) ] && ok || bad "kv__swap_out: $(cat "$D/bt")"
+fi
 echo "offload: 16 conversations: prefilled $((pre2 - pre1)), tier blocks in $in2 out $(stat_of OffloadBlocksOut)," \
 	"preemptions $(stat_of Preemptions), swap-out blocks $(stat_of OffloadSwapOutBlocks)" >&2
 stop_daemon

@@ -53,10 +53,12 @@ static void teardown(void)
 	rmdir(dir);
 }
 
+static bool sqpoll;
+
 static struct kv_tier *open_tier(int64_t slots, uint64_t fp, const char *fault)
 {
 	struct kv_tier_opts o = { .dir = dir, .size = 4096 + slots * 4096, .fingerprint = fp, .fault = fault,
-				  .log = on_log };
+				  .log = on_log, .sqpoll = sqpoll };
 	struct kv_tier *t;
 	char err[512];
 	int r = kv_tier_open(&t, &o, &pool, err, sizeof err);
@@ -169,6 +171,25 @@ static void on_evict(void *user, struct kv_pool *p, int32_t b)
 {
 	kv_tier_save(user, p, b);
 }
+
+/* The same through a ring whose submission queue a kernel thread polls. */
+START_TEST(test_sqpoll)
+{
+	sqpoll = true;
+	struct kv_tier *t = open_tier(16, 42, NULL);
+	sqpoll = false;
+	struct kv_hash h[4];
+	fill(8, 4, h);
+	round_trip(t, 8, 4, h);
+	for (int i = 0; i < 4; i++)
+		check_bytes(8, i, h[i]);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert(st.sqpoll);
+	ck_assert_uint_eq(st.blocks_in, 4);
+	kv_tier_close(t);
+}
+END_TEST
 
 START_TEST(test_evictions_and_lru)
 {
@@ -357,6 +378,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_crc32c);
 	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_sqpoll);
 	tcase_add_test(tc, test_evictions_and_lru);
 	tcase_add_test(tc, test_warm_restart);
 	tcase_add_test(tc, test_corrupt_header);
