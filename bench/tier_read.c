@@ -107,7 +107,7 @@ int main(int argc, char **argv)
 			if (pread(fd, buf, slot, KV_TIER_FILE_HDR + (off_t)i * slot) != (ssize_t)slot)
 				bad++;
 			uint32_t want;
-			memcpy(&want, buf + 48, 4); /* data_crc in the slot header */
+			memcpy(&want, buf + 48, 4); /* data_crc in the slot header (tier.c) */
 			bad += crc32c(0, buf + KV_TIER_SLOT_HDR, bb) != want;
 			kv_block_copy_in(&pool, b, buf + KV_TIER_SLOT_HDR);
 			kv_block_put(&pool, b);

@@ -792,6 +792,7 @@ static void update_stats(struct engine *e, const struct plan *p)
 			.blocks_out = ts.blocks_out, .bytes_out = ts.bytes_out,
 			.blocks_in = ts.blocks_in, .bytes_in = ts.bytes_in,
 			.warm_blocks = ts.warm_blocks, .dropped_writes = ts.dropped_writes,
+			.zero_copy_in = ts.zero_copy_in,
 			.swap_out_blocks = e->swap_out_blocks,
 			.err_crc = ts.err_crc, .err_short = ts.err_short, .err_io = ts.err_io,
 			.err_nospc = ts.err_nospc, .err_header = ts.err_header,

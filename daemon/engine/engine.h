@@ -151,6 +151,7 @@ struct engine_stats {
 		bool enabled, disabled, direct;
 		int64_t slots_total, slots_used;
 		uint64_t blocks_out, bytes_out, blocks_in, bytes_in, warm_blocks, dropped_writes;
+		uint64_t zero_copy_in; /* blocks read straight into the pool */
 		uint64_t swap_out_blocks; /* written for preempted sequences */
 		uint64_t err_crc, err_short, err_io, err_nospc, err_header;
 		uint64_t read_lat_us[16]; /* bucket i: [2^i, 2^(i+1)) us */

@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,7 +20,7 @@
 #define SLOT_HDR ((unsigned)KV_TIER_SLOT_HDR)
 #define SLOT_MAGIC 0x564b4750u /* "PGKV" */
 #define FILE_MAGIC "PAGODAKV"
-#define FORMAT_VERSION 1u
+#define FORMAT_VERSION 2u
 #define STAGING_BYTES (32u << 20)
 
 struct file_hdr {
@@ -51,10 +52,15 @@ struct slot {
 enum op_kind { OP_NONE, OP_READ, OP_WRITE };
 enum fault_kind { F_NONE, F_EIO, F_ENOSPC, F_SHORT, F_CORRUPT };
 
+#define MAX_SPANS 4
+
 struct op {
 	uint8_t kind, fault;
 	int32_t slot, block;
 	uint64_t t0;
+	unsigned len;                     /* bytes the I/O should move */
+	int n_iov;                        /* a read straight into the pool: */
+	struct iovec iov[1 + MAX_SPANS];  /* header page, then the block's spans */
 };
 
 struct fault {
@@ -258,7 +264,10 @@ static void prep(struct kv_tier *t, int i)
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
 	/* The submission queue has an entry per staging buffer: never NULL. */
 	unsigned len = o->fault == F_SHORT ? (unsigned)t->slot_bytes / 2 : (unsigned)t->slot_bytes;
-	if (t->st.fixed_bufs) {
+	if (o->n_iov) {
+		/* a short fault reads the header page alone */
+		io_uring_prep_readv(sqe, 0, o->iov, o->fault == F_SHORT ? 1 : (unsigned)o->n_iov, slot_off(t, o->slot));
+	} else if (t->st.fixed_bufs) {
 		if (o->kind == OP_READ)
 			io_uring_prep_read_fixed(sqe, 0, stage(t, i), len, slot_off(t, o->slot), i);
 		else
@@ -286,10 +295,34 @@ static void op_put(struct kv_tier *t, int i)
 	t->free_ops[t->n_free_ops++] = i;
 }
 
-static void start_read(struct kv_tier *t, int i, int32_t slot, int32_t block)
+/* O_DIRECT reads can land in the pool itself when the block's spans are
+ * page-aligned: the header page goes to the staging buffer, the bytes to
+ * the block, and no copy follows. Else through the staging buffer. */
+static int direct_spans(const struct kv_tier *t, const struct kv_pool *p, int32_t block, struct iovec *iov)
 {
-	t->ops[i] = (struct op){ .kind = OP_READ, .slot = slot, .block = block };
-	t->ops[i].fault = fault_for(t, OP_READ, ++t->n_reads);
+	int n = MAX_SPANS;
+	if (!t->st.direct || kv_block_span(p, block, iov, &n) < 0)
+		return 0;
+	size_t sum = 0;
+	for (int k = 0; k < n; k++) {
+		if ((uintptr_t)iov[k].iov_base % PAGE || iov[k].iov_len % PAGE)
+			return 0;
+		sum += iov[k].iov_len;
+	}
+	return sum == t->block_bytes ? n : 0;
+}
+
+static void start_read(struct kv_tier *t, const struct kv_pool *p, int i, int32_t slot, int32_t block)
+{
+	struct op *o = &t->ops[i];
+	*o = (struct op){ .kind = OP_READ, .slot = slot, .block = block, .len = (unsigned)t->slot_bytes };
+	o->fault = fault_for(t, OP_READ, ++t->n_reads);
+	int n = direct_spans(t, p, block, o->iov + 1);
+	if (n) {
+		o->iov[0] = (struct iovec){ stage(t, i), SLOT_HDR };
+		o->n_iov = 1 + n;
+		o->len = (unsigned)(SLOT_HDR + t->block_bytes);
+	}
 	prep(t, i);
 }
 
@@ -342,25 +375,35 @@ static void read_done(struct kv_tier *t, struct kv_pool *p, struct op *o, uint8_
 {
 	struct slot_hdr h;
 	memcpy(&h, buf, sizeof h);
+	/* the block's bytes: in the pool (zero-copy) or after the header */
+	struct iovec staged = { buf + SLOT_HDR, t->block_bytes };
+	const struct iovec *data = o->n_iov ? o->iov + 1 : &staged;
+	int n_data = o->n_iov ? o->n_iov - 1 : 1;
 	if (o->fault == F_EIO)
 		res = -EIO;
 	else if (o->fault == F_ENOSPC)
 		res = -ENOSPC;
 	else if (o->fault == F_CORRUPT && res > (int)SLOT_HDR)
-		buf[SLOT_HDR + (o->t0 % t->block_bytes)] ^= 0x40;
+		((uint8_t *)data[0].iov_base)[o->t0 % data[0].iov_len] ^= 0x40;
 	bool good = false;
+	uint32_t crc = 0;
 	if (res < 0)
 		t->st.err_io++;
-	else if ((size_t)res != t->slot_bytes)
+	else if ((unsigned)res != o->len)
 		t->st.err_short++;
 	else if (!hdr_ok(t, &h) || !hash_eq((struct kv_hash){ h.hash_lo, h.hash_hi }, t->slots[o->slot].hash))
 		t->st.err_header++;
-	else if (crc32c(0, buf + SLOT_HDR, t->block_bytes) != h.data_crc)
-		t->st.err_crc++;
-	else
-		good = true;
+	else {
+		for (int k = 0; k < n_data; k++)
+			crc = crc32c(crc, data[k].iov_base, data[k].iov_len);
+		good = crc == h.data_crc;
+		t->st.err_crc += !good;
+	}
 	if (good) {
-		kv_block_copy_in(p, o->block, buf + SLOT_HDR);
+		if (o->n_iov)
+			t->st.zero_copy_in++;
+		else
+			kv_block_copy_in(p, o->block, buf + SLOT_HDR);
 		kv_block_publish(p, o->block, t->slots[o->slot].hash);
 		t->slots[o->slot].state = S_VALID;
 		lru_push(t, o->slot);
@@ -415,7 +458,7 @@ static void drain_backlog(struct kv_tier *t, struct kv_pool *p)
 			int i = op_get(t);
 			if (i < 0)
 				return;
-			start_read(t, i, b.slot, b.block);
+			start_read(t, p, i, b.slot, b.block);
 		}
 		t->bl_head = (t->bl_head + 1) % t->n_slots;
 		t->bl_len--;
@@ -456,7 +499,7 @@ int kv_tier_save(struct kv_tier *t, struct kv_pool *p, int32_t b)
 	t->slots[s] = (struct slot){ .hash = h, .seqno = t->seqno, .next = -1, .lru_prev = -1, .lru_next = -1,
 				     .state = S_WRITING };
 	index_add(t, s);
-	t->ops[i] = (struct op){ .kind = OP_WRITE, .slot = s, .block = -1 };
+	t->ops[i] = (struct op){ .kind = OP_WRITE, .slot = s, .block = -1, .len = (unsigned)t->slot_bytes };
 	t->ops[i].fault = fault_for(t, OP_WRITE, ++t->n_writes);
 	if (t->ops[i].fault == F_CORRUPT)
 		buf[SLOT_HDR + t->n_writes % t->block_bytes] ^= 0x40;
@@ -501,7 +544,7 @@ int kv_tier_fetch(struct kv_tier *t, struct kv_pool *p, struct kv_hash h)
 	}
 	int i = op_get(t);
 	if (i >= 0 && !t->bl_len) {
-		start_read(t, i, s, b);
+		start_read(t, p, i, s, b);
 	} else {
 		if (i >= 0)
 			op_put(t, i);
@@ -771,7 +814,7 @@ int kv_tier_open(struct kv_tier **out, const struct kv_tier_opts *o, const struc
 	t->log_user = o->log_user;
 	t->block_size = p->block_size;
 	t->block_bytes = kv_pool_block_bytes(p);
-	t->slot_bytes = (SLOT_HDR + t->block_bytes + PAGE - 1) / PAGE * PAGE;
+	t->slot_bytes = SLOT_HDR + (t->block_bytes + PAGE - 1) / PAGE * PAGE;
 	/* the model and the block's shape: another either way starts empty */
 	uint64_t shape[] = { o->fingerprint, (uint64_t)p->block_size, (uint64_t)p->n_layer, (uint64_t)p->kv_dim };
 	t->fingerprint = ((uint64_t)crc32c(0, shape, sizeof shape) << 32) ^ o->fingerprint;

@@ -45,9 +45,10 @@ struct kv_tier_opts {
 };
 
 /* The file: a header page, then slots of slot_bytes (see the stats), each
- * a KV_TIER_SLOT_HDR-byte header followed by the block's bytes. */
+ * a header page followed by the block's bytes (page-aligned, so that an
+ * O_DIRECT read can put them straight into the pool). */
 #define KV_TIER_FILE_HDR 4096
-#define KV_TIER_SLOT_HDR 64
+#define KV_TIER_SLOT_HDR 4096
 
 #define KV_TIER_LAT_BUCKETS 16 /* read latency: bucket i counts [2^i, 2^(i+1)) us */
 
@@ -58,6 +59,7 @@ struct kv_tier_stats {
 	size_t slot_bytes;
 	uint64_t blocks_out, bytes_out;   /* writes completed */
 	uint64_t blocks_in, bytes_in;     /* verified reads */
+	uint64_t zero_copy_in;            /* of those, read straight into the pool */
 	uint64_t warm_blocks;             /* found at start */
 	uint64_t dropped_writes;          /* no slot or staging buffer free */
 	uint64_t err_crc, err_short, err_io, err_nospc, err_header;

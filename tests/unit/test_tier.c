@@ -57,7 +57,8 @@ static bool sqpoll;
 
 static struct kv_tier *open_tier(int64_t slots, uint64_t fp, const char *fault)
 {
-	struct kv_tier_opts o = { .dir = dir, .size = 4096 + slots * 4096, .fingerprint = fp, .fault = fault,
+	int64_t slot = KV_TIER_SLOT_HDR + (kv_pool_block_bytes(&pool) + 4095) / 4096 * 4096;
+	struct kv_tier_opts o = { .dir = dir, .size = KV_TIER_FILE_HDR + slots * slot, .fingerprint = fp, .fault = fault,
 				  .log = on_log, .sqpoll = sqpoll };
 	struct kv_tier *t;
 	char err[512];
@@ -79,17 +80,18 @@ static void settle(struct kv_tier *t)
 static void fill(int tag, int n, struct kv_hash *hashes)
 {
 	struct kv_seq s = { 0 };
-	int32_t toks[64];
-	for (int i = 0; i < n * BS + 1; i++)
+	int32_t toks[256];
+	const int bs = pool.block_size;
+	for (int i = 0; i < n * bs + 1; i++)
 		toks[i] = tag * 1000 + i;
-	ck_assert_int_eq(kv_seq_reserve(&pool, &s, n * BS + 1), 0);
+	ck_assert_int_eq(kv_seq_reserve(&pool, &s, n * bs + 1), 0);
 	for (int i = 0; i < n; i++)
 		for (int l = 0; l < pool.n_layer; l++)
-			for (int j = 0; j < BS * pool.kv_dim; j++) {
+			for (int j = 0; j < bs * pool.kv_dim; j++) {
 				kv_k_block(&pool, &s, l, i)[j] = (pg_f16)(tag * 7 + i * 131 + l * 17 + j);
 				kv_v_block(&pool, &s, l, i)[j] = (pg_f16)(tag * 5 + i * 31 + l * 3 + j * 2);
 			}
-	kv_seq_commit(&pool, &s, toks, n * BS + 1);
+	kv_seq_commit(&pool, &s, toks, n * bs + 1);
 	for (int i = 0; i < n; i++)
 		hashes[i] = pool.meta[s.blocks[i]].hash;
 	kv_seq_release(&pool, &s);
@@ -109,7 +111,7 @@ static void check_bytes(int tag, int i, struct kv_hash h)
 	ck_assert_int_ge(b, 0);
 	struct kv_seq s = { .blocks = &b, .n_blocks = 1 };
 	for (int l = 0; l < pool.n_layer; l++)
-		for (int j = 0; j < BS * pool.kv_dim; j++) {
+		for (int j = 0; j < pool.block_size * pool.kv_dim; j++) {
 			ck_assert_uint_eq(kv_k_block(&pool, &s, l, 0)[j], (pg_f16)(tag * 7 + i * 131 + l * 17 + j));
 			ck_assert_uint_eq(kv_v_block(&pool, &s, l, 0)[j], (pg_f16)(tag * 5 + i * 31 + l * 3 + j * 2));
 		}
@@ -303,6 +305,28 @@ END_TEST
 START_TEST(test_fault_eio) { read_fault("read:1:eio", 0, 0, 1); }
 END_TEST
 
+/* Page-aligned blocks (16 tokens x 2 layers x 64, f16: 4 KiB for K, 4 for
+ * V) are read straight into the pool; a corruption there is caught too. */
+START_TEST(test_zero_copy)
+{
+	char err[256];
+	kv_pool_free(&pool);
+	ck_assert_int_eq(kv_pool_init(&pool, NB, 16, 2, 64, true, err, sizeof err), 0);
+	struct kv_tier *t = open_tier(16, 42, "read:3:corrupt");
+	struct kv_hash h[3];
+	fill(9, 3, h);
+	round_trip(t, 9, 3, h);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.zero_copy_in, 2);
+	ck_assert_uint_eq(st.err_crc, 1);
+	check_bytes(9, 0, h[0]);
+	check_bytes(9, 1, h[1]);
+	ck_assert(!kv_pool_has(&pool, h[2]));
+	kv_tier_close(t);
+}
+END_TEST
+
 START_TEST(test_fault_write)
 {
 	/* a corrupted write is caught on the read */
@@ -363,7 +387,7 @@ END_TEST
 START_TEST(test_in_use)
 {
 	struct kv_tier *t = open_tier(4, 42, NULL), *t2;
-	struct kv_tier_opts o = { .dir = dir, .size = 5 * 4096, .fingerprint = 42 };
+	struct kv_tier_opts o = { .dir = dir, .size = 1 << 20, .fingerprint = 42 };
 	char err[512];
 	ck_assert_int_eq(kv_tier_open(&t2, &o, &pool, err, sizeof err), -EBUSY);
 	kv_tier_close(t);
@@ -385,6 +409,7 @@ int main(void)
 	tcase_add_test(tc, test_fault_corrupt);
 	tcase_add_test(tc, test_fault_short);
 	tcase_add_test(tc, test_fault_eio);
+	tcase_add_test(tc, test_zero_copy);
 	tcase_add_test(tc, test_fault_write);
 	tcase_add_test(tc, test_enospc_at_open);
 	tcase_add_test(tc, test_in_use);

@@ -79,14 +79,15 @@ static void print_offload(const struct engine_stats *st)
 		return;
 	fprintf(stderr,
 		"pagoda: offload %s%s | slots %lld of %lld used, %llu found at start | out %llu blocks "
-		"(%llu bytes, %llu for preempted sequences), in %llu blocks (%llu bytes), prompt tokens from "
+		"(%llu bytes, %llu for preempted sequences), in %llu blocks (%llu bytes, %llu without a copy), prompt tokens from "
 		"the tier %llu | dropped writes %llu | errors: crc %llu, short %llu, io %llu, nospc %llu, "
 		"header %llu\n",
 		o->disabled ? "OFF after an error" : "on", o->direct ? " (O_DIRECT)" : " (buffered)",
 		(long long)o->slots_used, (long long)o->slots_total, (unsigned long long)o->warm_blocks,
 		(unsigned long long)o->blocks_out, (unsigned long long)o->bytes_out,
 		(unsigned long long)o->swap_out_blocks, (unsigned long long)o->blocks_in,
-		(unsigned long long)o->bytes_in, (unsigned long long)st->tier_prompt_tokens,
+		(unsigned long long)o->bytes_in, (unsigned long long)o->zero_copy_in,
+		(unsigned long long)st->tier_prompt_tokens,
 		(unsigned long long)o->dropped_writes, (unsigned long long)o->err_crc,
 		(unsigned long long)o->err_short, (unsigned long long)o->err_io, (unsigned long long)o->err_nospc,
 		(unsigned long long)o->err_header);
