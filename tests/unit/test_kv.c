@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #define BS 4
 
@@ -286,6 +287,74 @@ START_TEST(test_churn)
 }
 END_TEST
 
+/* The calls a lower level (the NVMe tier) fills the pool through: a block
+ * taken, filled, published, released into the cache, then matched; a match
+ * extended past an earlier one; the block's bytes through spans and copies. */
+START_TEST(test_lower_level_door)
+{
+	int32_t t[3 * BS + 1];
+	tokens(t, 3 * BS + 1, 500);
+	struct kv_seq a = { 0 };
+	ck_assert_int_eq(kv_seq_reserve(&pool, &a, 3 * BS + 1), 0);
+	kv_seq_commit(&pool, &a, t, 3 * BS + 1);
+	struct kv_hash h[3], got[4];
+	for (int i = 0; i < 3; i++)
+		h[i] = pool.meta[a.blocks[i]].hash;
+	kv_seq_release(&pool, &a);
+	struct kv_seq s = { 0 };
+	ck_assert_int_eq(kv_seq_next_hashes(&pool, &s, t, 3 * BS + 1, got, 4), 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert(got[i].lo == h[i].lo && got[i].hi == h[i].hi);
+	ck_assert_int_eq(kv_seq_next_hashes(&pool, &s, t, 3 * BS, got, 4), 2); /* one token left to compute */
+
+	kv_drop_cache(&pool);
+	ck_assert(!kv_pool_has(&pool, h[0]));
+	size_t bb = kv_pool_block_bytes(&pool);
+	uint8_t *in = malloc(bb), *out = malloc(bb);
+	for (size_t i = 0; i < bb; i++)
+		in[i] = (uint8_t)(i * 31 + 7);
+	int32_t b0 = kv_block_take(&pool);
+	ck_assert_int_ge(b0, 0);
+	ck_assert_int_eq(kv_used(&pool), 1);
+	kv_block_copy_in(&pool, b0, in);
+	kv_block_copy_out(&pool, b0, out);
+	ck_assert_mem_eq(in, out, bb);
+	struct iovec iov[2];
+	int n = 1;
+	ck_assert_int_eq(kv_block_span(&pool, b0, iov, &n), -ENOBUFS);
+	n = 2;
+	ck_assert_int_eq(kv_block_span(&pool, b0, iov, &n), 0);
+	ck_assert_int_eq(n, 2);
+	ck_assert_uint_eq(iov[0].iov_len + iov[1].iov_len, bb);
+	ck_assert_mem_eq(iov[0].iov_base, in, iov[0].iov_len);
+	ck_assert_mem_eq(iov[1].iov_base, in + iov[0].iov_len, iov[1].iov_len);
+	ck_assert(kv_block_publish(&pool, b0, h[0]));
+	kv_block_put(&pool, b0);
+	ck_assert_int_eq(kv_used(&pool), 0);
+	ck_assert_int_eq(pool.n_cached, 1);
+	/* an equal block published already: the second stays private, freed */
+	int32_t dup = kv_block_take(&pool);
+	ck_assert(!kv_block_publish(&pool, dup, h[0]));
+	kv_block_put(&pool, dup);
+	ck_assert_int_eq(pool.n_cached, 1);
+
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &s, t, 3 * BS + 1), BS);
+	ck_assert_int_eq(kv_seq_next_hashes(&pool, &s, t, 3 * BS + 1, got, 4), 2);
+	ck_assert(got[0].lo == h[1].lo && got[1].lo == h[2].lo);
+	int32_t b1 = kv_block_take(&pool);
+	ck_assert(kv_block_publish(&pool, b1, h[1]));
+	kv_block_put(&pool, b1);
+	/* the match goes on from where it stopped */
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &s, t, 3 * BS + 1), 2 * BS);
+	ck_assert_int_eq(s.blocks[0], b0);
+	ck_assert_int_eq(s.blocks[1], b1);
+	kv_seq_release(&pool, &s);
+	free(in);
+	free(out);
+	check_whole();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kv");
@@ -298,6 +367,7 @@ int main(void)
 	tcase_add_test(tc, test_drop_cache_and_no_prefix);
 	tcase_add_test(tc, test_churn);
 	tcase_add_test(tc, test_block_image);
+	tcase_add_test(tc, test_lower_level_door);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
