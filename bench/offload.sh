@@ -46,6 +46,8 @@ PY
 	# fills the tier (the shutdown writes the cached blocks)
 	run --offload-dir "$DIR/tier" --offload-size 4G > "$W/offload-ids0" 2> "$W/offload-fill.log" ||
 		{ say "tier fill failed: $(tail -3 "$W/offload-fill.log")"; continue; }
+	# the fill is a recompute too (the tier is empty; its writes come after the first token)
+	say "  prefix $n tokens, round 0: TTFT recompute $(ttft_of "$W/offload-fill.log") ms (filling the tier)"
 	rc= rt= ratios=
 	for r in $(seq 1 "$ROUNDS"); do
 		run > "$W/offload-ids1" 2> "$W/offload-rc.log"
