@@ -65,7 +65,7 @@ done
 
 say "## tier restore throughput (bench/tier_read.c, ${OFFLOAD_BLOCKS:-500} blocks of 352 KiB)"
 if cc -O2 -I. -D_GNU_SOURCE -o "$W/tier_read" bench/tier_read.c "$B/libpagoda-engine.a" \
-	$(pkg-config --libs liburing libxxhash) -lm -pthread; then
+	$(pkg-config --libs liburing libxxhash libpcre2-8) -lm -pthread -ldl; then
 	rm -rf "$DIR/read"
 	mkdir -p "$DIR/read"
 	"$W/tier_read" "$DIR/read" "${OFFLOAD_BLOCKS:-500}" $((ROUNDS + 1)) | tail -n "$ROUNDS" | tee "$W/tier_read.jsonl"

@@ -12,6 +12,7 @@
 #include "daemon/kv/crc32c.h"
 #include "daemon/kv/kv.h"
 #include "daemon/kv/tier.h"
+#include "kernels/pg_backend.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -36,7 +37,10 @@ int main(int argc, char **argv)
 	int n = argc > 2 ? atoi(argv[2]) : 500, rounds = argc > 3 ? atoi(argv[3]) : 3;
 	struct kv_pool pool;
 	char err[512];
-	if (kv_pool_init(&pool, n + 1, 16, 22, 256, true, err, sizeof err)) {
+	struct pg_backend *be;
+	const struct pg_backend_opts bo = { .threads = 1 };
+	if (pg_backend_open("cpu", &bo, &be, err, sizeof err) ||
+	    kv_pool_init(&pool, be, n + 1, 16, 22, 256, true, err, sizeof err)) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
@@ -129,6 +133,7 @@ int main(int argc, char **argv)
 	close(fd);
 	kv_tier_close(t);
 	kv_pool_free(&pool);
+	pg_backend_close(be);
 	free(buf);
 	free(blk);
 	free(h);

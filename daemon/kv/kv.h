@@ -116,8 +116,8 @@ size_t kv_pool_block_bytes(const struct kv_pool *p);
 int kv_block_span(const struct kv_pool *p, int32_t b, struct iovec *iov, int *n);
 /* Through a staging buffer of kv_pool_block_bytes bytes (the backend's
  * kv_copy_out / kv_copy_in: the block's host image). */
-void kv_block_copy_out(const struct kv_pool *p, int32_t b, void *buf);
-void kv_block_copy_in(struct kv_pool *p, int32_t b, const void *buf);
+int kv_block_copy_out(const struct kv_pool *p, int32_t b, void *buf);
+int kv_block_copy_in(struct kv_pool *p, int32_t b, const void *buf);
 
 /* A block for this level to fill: refcnt 1, unhashed (may evict a cached
  * one). -1 when every block is held. */

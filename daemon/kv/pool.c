@@ -338,14 +338,14 @@ int kv_block_span(const struct kv_pool *p, int32_t b, struct iovec *iov, int *n)
 	return 0;
 }
 
-void kv_block_copy_out(const struct kv_pool *p, int32_t b, void *buf)
+int kv_block_copy_out(const struct kv_pool *p, int32_t b, void *buf)
 {
-	pg_backend_kv_copy_out(p->be, b, buf);
+	return pg_backend_kv_copy_out(p->be, b, buf);
 }
 
-void kv_block_copy_in(struct kv_pool *p, int32_t b, const void *buf)
+int kv_block_copy_in(struct kv_pool *p, int32_t b, const void *buf)
 {
-	pg_backend_kv_copy_in(p->be, b, buf);
+	return pg_backend_kv_copy_in(p->be, b, buf);
 }
 
 int32_t kv_block_take(struct kv_pool *p)

@@ -399,11 +399,13 @@ static void read_done(struct kv_tier *t, struct kv_pool *p, struct op *o, uint8_
 		good = crc == h.data_crc;
 		t->st.err_crc += !good;
 	}
+	if (good && o->n_iov) {
+		t->st.zero_copy_in++;
+	} else if (good && kv_block_copy_in(p, o->block, buf + SLOT_HDR) < 0) {
+		good = false; /* the backend refused the bytes */
+		t->st.err_io++;
+	}
 	if (good) {
-		if (o->n_iov)
-			t->st.zero_copy_in++;
-		else
-			kv_block_copy_in(p, o->block, buf + SLOT_HDR);
 		kv_block_publish(p, o->block, t->slots[o->slot].hash);
 		t->slots[o->slot].state = S_VALID;
 		lru_push(t, o->slot);
@@ -492,7 +494,13 @@ int kv_tier_save(struct kv_tier *t, struct kv_pool *p, int32_t b)
 		return t->off ? -EIO : -ENOSPC;
 	}
 	uint8_t *buf = stage(t, i);
-	kv_block_copy_out(p, b, buf + SLOT_HDR);
+	if (kv_block_copy_out(p, b, buf + SLOT_HDR) < 0) {
+		op_put(t, i);
+		t->free_slots[t->n_free++] = s;
+		t->st.slots_used--;
+		t->st.dropped_writes++;
+		return -EIO;
+	}
 	struct slot_hdr hdr;
 	hdr_fill(t, &hdr, h, ++t->seqno, buf + SLOT_HDR);
 	memcpy(buf, &hdr, sizeof hdr);

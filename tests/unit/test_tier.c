@@ -311,7 +311,10 @@ START_TEST(test_zero_copy)
 {
 	char err[256];
 	kv_pool_free(&pool);
-	ck_assert_int_eq(kv_pool_init(&pool, NB, 16, 2, 64, true, err, sizeof err), 0);
+	pg_backend_close(be); /* a backend holds one pool */
+	const struct pg_backend_opts bo = { .threads = 1 };
+	ck_assert_msg(pg_backend_open("cpu", &bo, &be, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_eq(kv_pool_init(&pool, be, NB, 16, 2, 64, true, err, sizeof err), 0);
 	struct kv_tier *t = open_tier(16, 42, "read:3:corrupt");
 	struct kv_hash h[3];
 	fill(9, 3, h);
