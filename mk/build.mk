@@ -1,5 +1,6 @@
 # mk/build.mk — the build proper (called by the top-level Makefile).
 BUILD ?= build
+.DEFAULT_GOAL := all
 CC ?= cc
 OPT ?= -O2
 PREFIX ?= /usr/local
