@@ -35,6 +35,23 @@ INTEG_SRCS := $(wildcard tests/integration/test_*.c)
 BENCH_SRCS := $(filter-out bench/peer_%,$(wildcard bench/*.c))
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 
+# ---- pagoda-trace: a CO-RE BPF program, its bpftool skeleton, a libbpf loader.
+# vmlinux.h comes from the running kernel's BTF at build time; without BTF
+# `all` leaves pagoda-trace out and says so, and building it names the cause.
+VMLINUX_BTF ?= /sys/kernel/btf/vmlinux
+BPFTOOL ?= $(or $(shell command -v bpftool),/usr/sbin/bpftool)
+BPF_CC ?= clang
+BPF_ARCH := $(shell uname -m | sed 's/x86_64/x86/; s/aarch64/arm64/')
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(BPF_ARCH) -Wall $(if $(filter 1,$(WERROR)),-Werror) \
+	-I. -I$(BUILD)/bpf -I/usr/include/$(shell $(CC) -dumpmachine)
+TRACE_SRCS := $(filter-out %.bpf.c,$(wildcard bpf/*.c))
+TRACE_SKEL := $(BUILD)/bpf/pagoda_trace.skel.h
+ifneq ($(wildcard $(VMLINUX_BTF)),)
+TRACE_BIN := $(BUILD)/pagoda-trace
+else
+$(warning pagoda-trace left out: no kernel BTF at $(VMLINUX_BTF) (CONFIG_DEBUG_INFO_BTF))
+endif
+
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 ENGINE_LIB := $(BUILD)/libpagoda-engine.a
 SERVER_LIB := $(if $(SERVER_SRCS),$(BUILD)/libpagoda-server.a)
@@ -74,7 +91,8 @@ $(BUILD)/tests/gpu/host_check: tests/gpu/host_check.cu kernels/cuda/common.cuh $
 
 .PHONY: all check check-unit check-integration check-e2e check-gpu fuzz run bench testdata install uninstall
 all: $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A) $(CLIENT_SO)) $(TOOL_BINS) $(DAEMON_BIN) $(UNIT_BINS) \
-	$(INTEG_BINS) $(BENCH_BINS) $(CUDA_LIB) $(CUDA_HOST_CHECK) $(GPU_TEST_BINS)
+	$(INTEG_BINS) $(BENCH_BINS) $(CUDA_LIB) $(CUDA_HOST_CHECK) $(GPU_TEST_BINS) \
+	$(TRACE_BIN)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(@D)
@@ -103,6 +121,23 @@ $(SERVER_LIB): $(call obj,$(SERVER_SRCS))
 
 $(BUILD)/pagodad: $(call obj,daemon/server/main.c) $(SERVER_LIB) $(ENGINE_LIB) $(wildcard $(CLIENT_A))
 	$(CC) $(LDFLAGS) -o $@ $(call obj,daemon/server/main.c) $(SERVER_LIB) $(ENGINE_LIB) $(LDLIBS)
+
+# ---- pagoda-trace: vmlinux.h, the BPF object, its skeleton, the loader.
+$(BUILD)/bpf/vmlinux.h: $(wildcard $(VMLINUX_BTF))
+	@mkdir -p $(@D)
+	@test -r "$(VMLINUX_BTF)" || { echo "pagoda-trace: no kernel BTF at $(VMLINUX_BTF): vmlinux.h is made from it" \
+		"(a kernel built with CONFIG_DEBUG_INFO_BTF=y has it; VMLINUX_BTF=FILE names another)" >&2; exit 1; }
+	$(BPFTOOL) btf dump file $(VMLINUX_BTF) format c > $@.tmp
+	@mv $@.tmp $@
+$(BUILD)/bpf/pagoda_trace.bpf.o: bpf/pagoda_trace.bpf.c bpf/trace_maps.h $(BUILD)/bpf/vmlinux.h
+	$(BPF_CC) $(BPF_CFLAGS) -c $< -o $@
+$(TRACE_SKEL): $(BUILD)/bpf/pagoda_trace.bpf.o
+	$(BPFTOOL) gen skeleton $< name pagoda_trace_bpf > $@.tmp
+	@mv $@.tmp $@
+$(call obj,$(TRACE_SRCS)): CPPFLAGS += -I$(BUILD)/bpf
+$(call obj,bpf/trace_attach.c): $(TRACE_SKEL)
+$(BUILD)/pagoda-trace: $(call obj,$(TRACE_SRCS))
+	$(CC) $(LDFLAGS) -o $@ $^ -lbpf -lelf -lz -lm
 
 CLIENT_DEP := $(if $(CLIENT_SRCS),$(CLIENT_A))
 # Libraries one tool alone needs: `pagoda chat` edits lines with libedit.

@@ -681,9 +681,10 @@ again:
 			if (from_tier > s->req->timings.n_cached)
 				from_tier = s->req->timings.n_cached;
 			if (s->req->timings.n_cached - from_tier > 0)
-				PROBE_PREFIX_HIT(s->uid, s->req->id, s->req->timings.n_cached - from_tier, 0);
+				PROBE_PREFIX_HIT(s->uid, s->req->id, s->req->timings.n_cached - from_tier,
+						 PROBE_KV_MEMORY);
 			if (from_tier > 0)
-				PROBE_PREFIX_HIT(s->uid, s->req->id, from_tier, 1);
+				PROBE_PREFIX_HIT(s->uid, s->req->id, from_tier, PROBE_KV_NVME);
 			pthread_mutex_lock(&e->lock);
 			e->stats.prompt_tokens += s->req->n_prompt;
 			e->stats.cached_prompt_tokens += s->req->timings.n_cached;
@@ -853,7 +854,9 @@ int engine_step(struct engine *e)
 	if (e->tier)
 		kv_tier_submit(e->tier); /* the disk works while the batch computes */
 	if (p.n_tok > 0) {
-		uint64_t t0 = now_ns();
+		/* the step's clock readings are for its probe alone */
+		bool probe = PROBE_STEP_ENABLED();
+		uint64_t t0 = probe ? now_ns() : 0;
 		for (int i = 0; i < p.n_slots; i++)
 			e->b_tables[i] = kv_seq_table(e->b_seqs[i]);
 		struct pg_batch b = {
@@ -863,12 +866,13 @@ int engine_step(struct engine *e)
 		};
 		count_tokens(e, &p);
 		int r = pg_backend_step(e->be, &b);
-		uint64_t t_fwd = now_ns();
+		uint64_t t_fwd = probe ? now_ns() : 0;
 		if (r)
 			fail_batch(e, &p, r);
 		else
 			after_forward(e, &p);
-		PROBE_STEP(p.n_tok, p.n_slots, now_ns() - t0, t_fwd - t0);
+		if (probe)
+			PROBE_STEP(p.n_tok, p.n_slots, now_ns() - t0, t_fwd - t0);
 	} else if (e->rest_head) {
 		/* nothing else can run: wait for the disk here */
 		kv_tier_reap(e->tier, &e->kv, 20);
