@@ -172,7 +172,10 @@ int main(int argc, char **argv)
 	fprintf(stderr, "Tracing %d process%s (", t.n_pids, t.n_pids == 1 ? "" : "es");
 	for (int i = 0; i < t.n_pids; i++)
 		fprintf(stderr, "%s%d", i ? " " : "pid ", (int)t.pids[i]);
-	fprintf(stderr, "): %d probes%s. Ctrl-C ends.\n", trace_n_probes(tr), t.io ? ", io_uring" : "");
+	if (t.usdt)
+		fprintf(stderr, "): %d probes%s. Ctrl-C ends.\n", trace_n_probes(tr), t.io ? ", io_uring" : "");
+	else
+		fprintf(stderr, "): io_uring only. Ctrl-C ends.\n");
 
 	struct trace_snap prev = { 0 }, cur, d;
 	double start = mono(), last = start;

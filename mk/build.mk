@@ -34,6 +34,7 @@ INTEG_SRCS := $(wildcard tests/integration/test_*.c)
 # bench/peer_*.c link llama.cpp's ggml: bench-peer builds them against the peer.
 BENCH_SRCS := $(filter-out bench/peer_%,$(wildcard bench/*.c))
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+HELPER_SRCS := $(wildcard tests/helpers/*.c)
 
 # ---- pagoda-trace: a CO-RE BPF program, its bpftool skeleton, a libbpf loader.
 # vmlinux.h comes from the running kernel's BTF at build time; without BTF
@@ -61,6 +62,7 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRCS))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/bin/%,$(BENCH_SRCS))
 TOOL_BINS := $(addprefix $(BUILD)/,$(TOOLS))
+HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(HELPER_SRCS))
 DAEMON_BIN := $(if $(DAEMON_SRCS),$(BUILD)/pagodad)
 
 # ---- the CUDA backend: only where nvcc is found ------------------------------
@@ -92,7 +94,7 @@ $(BUILD)/tests/gpu/host_check: tests/gpu/host_check.cu kernels/cuda/common.cuh $
 .PHONY: all check check-unit check-integration check-e2e check-gpu fuzz run bench testdata install uninstall
 all: $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A) $(CLIENT_SO)) $(TOOL_BINS) $(DAEMON_BIN) $(UNIT_BINS) \
 	$(INTEG_BINS) $(BENCH_BINS) $(CUDA_LIB) $(CUDA_HOST_CHECK) $(GPU_TEST_BINS) \
-	$(TRACE_BIN)
+	$(HELPER_BINS) $(TRACE_BIN)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(@D)
@@ -183,6 +185,11 @@ $(BUILD)/bench/bin/peer_%: bench/peer_%.c $(ENGINE_LIB)
 		-fopenmp -lstdc++ $(LDLIBS)
 .PHONY: bench-peer
 bench-peer: $(PEER_BENCH_BINS)
+
+# Programs the e2e tests drive, each one file on its own.
+$(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LDLIBS)
 
 # ---- tests -----------------------------------------------------------------
 export PAGODA_BUILD := $(abspath $(BUILD))

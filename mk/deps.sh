@@ -2,7 +2,7 @@
 # Installs the Debian packages pagoda builds against, when they are missing.
 # As root it runs apt-get; otherwise it names what to install and fails.
 set -e
-PKGS="build-essential pkg-config clang llvm liburing-dev libbpf-dev bpftool libsystemd-dev
+PKGS="build-essential pkg-config clang llvm liburing-dev libbpf-dev libelf-dev zlib1g-dev bpftool libsystemd-dev
 check systemtap-sdt-dev libpcre2-dev libxxhash-dev dbus systemd bpftrace python3 man-db
 libedit-dev tmux python3-pip python3-jinja2"
 missing=""

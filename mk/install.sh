@@ -1,8 +1,9 @@
 #!/bin/sh
 # mk/install.sh install|uninstall DESTDIR PREFIX BUILD
 # Lays out binaries, library, header, pkg-config file, systemd units,
-# sysusers/tmpfiles snippets, the D-Bus policy, the default config and the
-# man pages. Directories can be overridden from the environment.
+# sysusers/tmpfiles snippets, the D-Bus policy, the default config, the
+# bpftrace scripts and the man pages. Directories can be overridden from
+# the environment.
 set -eu
 action=$1 DESTDIR=$2 PREFIX=$3 BUILD=$4
 VERSION=${VERSION:-0.1.0}
@@ -10,6 +11,7 @@ BINDIR=${BINDIR:-$PREFIX/bin}
 LIBDIR=${LIBDIR:-$PREFIX/lib}
 INCLUDEDIR=${INCLUDEDIR:-$PREFIX/include}
 MANDIR=${MANDIR:-$PREFIX/share/man}
+DATADIR=${DATADIR:-$PREFIX/share/pagoda}
 SYSCONFDIR=${SYSCONFDIR:-/etc}
 UNITDIR=${UNITDIR:-$PREFIX/lib/systemd/system}
 SYSUSERSDIR=${SYSUSERSDIR:-$PREFIX/lib/sysusers.d}
@@ -19,7 +21,7 @@ D=$DESTDIR
 
 files() {
 	# source  destination  mode
-	for b in pagoda pagodad pagoda-mkmodel pagoda-bench; do
+	for b in pagoda pagodad pagoda-mkmodel pagoda-bench pagoda-trace; do
 		[ -e "$BUILD/$b" ] && echo "$BUILD/$b $BINDIR/$b 0755"
 	done
 	echo "$BUILD/libpagoda.so $LIBDIR/libpagoda.so.0 0755"
@@ -33,6 +35,9 @@ files() {
 	echo "systemd/pagoda.sysusers.conf $SYSUSERSDIR/pagoda.conf 0644"
 	echo "systemd/pagoda.tmpfiles.conf $TMPFILESDIR/pagoda.conf 0644"
 	echo "systemd/org.pagoda.Daemon1.conf $DBUSDIR/org.pagoda.Daemon1.conf 0644"
+	for s in bpf/*.bt; do
+		[ -e "$s" ] && echo "$s $DATADIR/bpf/$(basename "$s") 0755"
+	done
 	for m in man/*.[0-9]; do
 		[ -e "$m" ] && echo "$m $MANDIR/man${m##*.}/$(basename "$m") 0644"
 	done
@@ -74,7 +79,7 @@ uninstall)
 	files | while read -r src dst mode; do rm -f "$D$dst" && echo "  removed $dst"; done
 	rm -f "$D$LIBDIR/libpagoda.so"
 	# in a staging tree, the directories left empty go too
-	[ -n "$D" ] && for d in "$LIBDIR/pkgconfig" "$UNITDIR" "$SYSUSERSDIR" "$TMPFILESDIR" "$MANDIR/man1" "$MANDIR/man3" "$MANDIR/man8"; do
+	[ -n "$D" ] && for d in "$DATADIR/bpf" "$DATADIR" "$LIBDIR/pkgconfig" "$UNITDIR" "$SYSUSERSDIR" "$TMPFILESDIR" "$MANDIR/man1" "$MANDIR/man3" "$MANDIR/man8"; do
 		rmdir "$D$d" 2>/dev/null || true
 	done
 	echo "  kept $SYSCONFDIR/pagoda/pagodad.conf (remove it by hand if unwanted)"

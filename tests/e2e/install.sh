@@ -24,6 +24,8 @@ exists $P/bin/pagodad $P/bin/pagoda $P/lib/libpagoda.so.0 $P/lib/libpagoda.so $P
 	$P/share/man/man8/pagodad.8 $P/share/man/man1/pagoda.1 $P/share/man/man3/libpagoda.3
 [ -x "$D$P/bin/pagodad" ] && ok || bad "pagodad not executable"
 [ -e "$B/libpagoda-cuda.so" ] && exists $P/lib/libpagoda-cuda.so
+[ ! -e "$B/pagoda-trace" ] || exists $P/bin/pagoda-trace
+for s in bpf/*.bt; do exists "$P/share/pagoda/bpf/$(basename "$s")"; done
 
 U=$D$P/lib/systemd/system/pagodad.service
 grep -q '@[A-Z]*@' "$U" && bad "placeholders left in the installed unit"
