@@ -184,6 +184,11 @@ struct pagoda_trace *trace_open(struct trace_target *t, bool verbose, char *err,
 		goto fail;
 	}
 	if (t->io && !kernel_has_io_uring_tracepoints()) {
+		if (!t->usdt) {
+			snprintf(err, errlen, "this kernel has no io_uring tracepoints (io_uring_submit_req, "
+					      "io_uring_complete in its BTF)");
+			goto fail;
+		}
 		fprintf(stderr, "pagoda-trace: this kernel has no io_uring tracepoints: no io_uring latency\n");
 		t->io = false;
 	}
@@ -210,10 +215,21 @@ struct pagoda_trace *trace_open(struct trace_target *t, bool verbose, char *err,
 		}
 	}
 	if (t->io) {
-		if (add_link(tr, bpf_program__attach(tr->skel->progs.on_io_submit)) ||
-		    add_link(tr, bpf_program__attach(tr->skel->progs.on_io_complete))) {
-			snprintf(err, errlen, "attaching to io_uring's tracepoints: %s", strerror(errno));
-			goto fail;
+		struct bpf_link *sub = bpf_program__attach(tr->skel->progs.on_io_submit);
+		struct bpf_link *done = sub ? bpf_program__attach(tr->skel->progs.on_io_complete) : NULL;
+		if (!done) {
+			int e = errno;
+			bpf_link__destroy(sub);
+			if (!t->usdt) {
+				snprintf(err, errlen, "attaching to io_uring's tracepoints: %s", strerror(e));
+				goto fail;
+			}
+			/* the probes alone are still worth watching */
+			fprintf(stderr, "pagoda-trace: io_uring's tracepoints: %s: no io_uring latency\n", strerror(e));
+			t->io = false;
+		} else {
+			tr->links[tr->n_links++] = sub;
+			tr->links[tr->n_links++] = done;
 		}
 	}
 	return tr;
