@@ -111,6 +111,11 @@ int main(int argc, char **argv)
 				fprintf(stderr, "pagoda-trace: -p wants a process id, not '%s'\n", optarg);
 				return 1;
 			}
+			bool dup = false;
+			for (int i = 0; i < t.n_pids; i++)
+				dup |= t.pids[i] == (pid_t)pid;
+			if (dup) /* attached twice, every event would count twice */
+				break;
 			if (t.n_pids == TRACE_MAX_PIDS) {
 				fprintf(stderr, "pagoda-trace: at most %d processes\n", TRACE_MAX_PIDS);
 				return 1;
