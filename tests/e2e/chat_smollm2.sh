@@ -8,7 +8,9 @@
 #  - its token ids (special tokens parsed) equal llama.cpp's prompt ids;
 #  - pagodad answers the chat request, greedy, 64 tokens at most, with
 #    llama.cpp's reply byte for byte, ending at end of turn exactly when
-#    llama.cpp's did, and the reply's ids equal in-process `pagoda run`'s.
+#    llama.cpp's did; the reply's token ids equal llama.cpp's (the golden's
+#    reply_ids: tests/peer/greedy.c from the same prompt ids) and in-process
+#    `pagoda run`'s.
 # And perplexity on golden/story.txt (windows of 128) within 0.1% of
 # llama-perplexity's 9.1518 (the same llama.cpp build, same flags).
 . "$(dirname "$0")/lib.sh"
@@ -41,6 +43,7 @@ while IFS= read -r line; do
 	printf '%s' "$line" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.stdout.write(d["prompt"])' >"$D/want_prompt"
 	printf '%s' "$line" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(map(str, d["prompt_ids"])))' >"$D/want_ids"
 	printf '%s' "$line" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.stdout.write(d["reply"])' >"$D/want_reply"
+	printf '%s' "$line" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(map(str, d["reply_ids"])))' >"$D/want_reply_ids"
 	want_finish=$(printf '%s' "$line" | python3 -c 'import json,sys; print("eos" if json.load(sys.stdin)["eos"] else "length")')
 	"$B/pagoda" chat-template -m "$M" <"$D/req" >"$D/prompt"
 	cmp -s "$D/prompt" "$D/want_prompt" && ok || bad "request $n: rendered prompt differs from Jinja2's"
@@ -63,6 +66,8 @@ PY
 	cmp -s "$D/reply" "$D/want_reply" && ok || bad "request $n: reply '$(cat "$D/reply")' != llama.cpp's '$(cat "$D/want_reply")'"
 	grep -q "| $want_finish\$" "$D/timings" && ok || bad "request $n: finish is not $want_finish: $(cat "$D/timings")"
 	"$B/pagoda" generate --socket "$S" --chat-json "$D/req" -n 64 --temp 0 --ids >"$D/gen_ids"
+	[ -s "$D/want_reply_ids" ] && [ "$(cat "$D/gen_ids")" = "$(cat "$D/want_reply_ids")" ] && ok ||
+		bad "request $n: reply ids '$(cat "$D/gen_ids")' != llama.cpp's '$(cat "$D/want_reply_ids")'"
 	"$B/pagoda" run -m "$M" -f "$D/prompt" -n 64 --temp 0 -t 2 --ids >"$D/run_ids" 2>/dev/null
 	[ "$(cat "$D/gen_ids")" = "$(cat "$D/run_ids")" ] && ok || bad "request $n: daemon reply ids != pagoda run's"
 done <"$G"

@@ -1,10 +1,13 @@
-# tests/e2e/make-smollm2-golden.py LLAMA_BIN_DIR MODEL.gguf > tests/e2e/data/smollm2-chat.golden
+# tests/e2e/make-smollm2-golden.py LLAMA_BIN_DIR GREEDY MODEL.gguf > tests/e2e/data/smollm2-chat.golden
 # Makes the SmolLM2 chat golden with llama.cpp (not run by the tests): for
 # each request, the text Jinja2 renders from the GGUF's own template
 # (jinja_oracle, as transformers), llama.cpp's prompt token ids for it
 # (llama-completion --verbose-prompt) and its greedy reply, 64 tokens at most
-# (llama-completion --temp 0 -n 64; "eos" when it ended at end of turn).
-# One JSON object a line.
+# (llama-completion --temp 0 -n 64; "eos" when it ended at end of turn), and
+# the reply's token ids: GREEDY (tests/peer/greedy.c, built against the same
+# llama.cpp as tests/make-testdata.sh builds it) decoding from exactly those
+# prompt ids, which must stream the same text and end the same way.
+# One JSON object a line; "reply_ids_from" says how the ids were made.
 import json
 import os
 import re
@@ -28,7 +31,10 @@ REQUESTS = [
      "add_generation_prompt": True},
 ]
 
-bindir, model = sys.argv[1], sys.argv[2]
+bindir, greedy, model = sys.argv[1], sys.argv[2], sys.argv[3]
+version = subprocess.run([os.path.join(bindir, "llama-completion"), "--version"],
+                         capture_output=True)
+build = re.search(r"\(build (\d+)", (version.stdout + version.stderr).decode()).group(1)
 here = os.path.dirname(os.path.abspath(__file__))
 template = subprocess.run([sys.executable, os.path.join(here, "gguf_template.py"), model],
                           capture_output=True, check=True).stdout.decode()
@@ -46,5 +52,16 @@ for req in REQUESTS:
     eos = reply.endswith(" [end of text]\n")
     if eos:
         reply = reply[:-len(" [end of text]\n")]
-    print(json.dumps({"request": req, "prompt": prompt, "prompt_ids": ids, "reply": reply, "eos": eos},
+    text = os.path.join(os.environ.get("TMPDIR", "/tmp"), "smollm2-golden-%d.txt" % os.getpid())
+    g = subprocess.run([greedy, "--ids", model, " ".join(map(str, ids)), "64", text],
+                       capture_output=True, check=True).stdout.decode().splitlines()
+    assert g[0].split()[1:] == list(map(str, ids)), g[0]
+    reply_ids = [int(t) for t in g[1].split()[1:]]
+    with open(text, encoding="utf-8") as f:
+        assert f.read() == reply, "greedy.c's reply differs from llama-completion's"
+    os.unlink(text)
+    assert (len(reply_ids) < 64) == eos, (len(reply_ids), eos)
+    print(json.dumps({"request": req, "prompt": prompt, "prompt_ids": ids, "reply": reply, "eos": eos,
+                      "reply_ids": reply_ids,
+                      "reply_ids_from": "tests/peer/greedy.c --ids PROMPT_IDS 64, llama.cpp b%s" % build},
                      ensure_ascii=False))

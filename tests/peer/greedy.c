@@ -8,9 +8,11 @@
  *
  * to stdout; with a third argument, the text the output streams as
  * (detokenize(prompt + output) with detokenize(prompt) cut off the front)
- * goes to that file. Built and run by tests/make-testdata.sh.
+ * goes to that file. Built and run by tests/make-testdata.sh. With --ids,
+ * PROMPT is the prompt's token ids (space separated), taken as they are: a
+ * chat prompt as llama.cpp tokenized it (tests/e2e/make-smollm2-golden.py).
  *
- *   greedy MODEL PROMPT N [TEXT_OUT]
+ *   greedy [--ids] MODEL PROMPT N [TEXT_OUT]
  */
 #include "llama.h"
 
@@ -37,10 +39,46 @@ static int detok(const struct llama_vocab *v, const llama_token *ids, int n, cha
 	}
 }
 
+static int count_ids(const char *s)
+{
+	int n = 0;
+	for (const char *p = s; *p;) {
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			break;
+		n++;
+		while (*p && *p != ' ')
+			p++;
+	}
+	return n;
+}
+
+/* space-separated ids, each below n_vocab: 0 or -1 */
+static int parse_ids(const char *s, llama_token *ids, int n_vocab)
+{
+	int n = 0;
+	for (const char *p = s;;) {
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			return n ? 0 : -1;
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || (*end && *end != ' ') || v < 0 || v >= n_vocab)
+			return -1;
+		ids[n++] = (llama_token)v;
+		p = end;
+	}
+}
+
 int main(int argc, char **argv)
 {
+	int given_ids = argc > 1 && !strcmp(argv[1], "--ids");
+	argc -= given_ids;
+	argv += given_ids;
 	if (argc < 4) {
-		fprintf(stderr, "usage: greedy MODEL PROMPT N [TEXT_OUT]\n");
+		fprintf(stderr, "usage: greedy [--ids] MODEL PROMPT N [TEXT_OUT]\n");
 		return 2;
 	}
 	const char *prompt = argv[2];
@@ -54,9 +92,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const struct llama_vocab *vocab = llama_model_get_vocab(model);
-	int np = -llama_tokenize(vocab, prompt, (int32_t)strlen(prompt), NULL, 0, true, false);
+	int np = given_ids ? count_ids(prompt)
+			   : -llama_tokenize(vocab, prompt, (int32_t)strlen(prompt), NULL, 0, true, false);
 	llama_token *ids = malloc(sizeof *ids * (size_t)(np + n_predict + 1));
-	llama_tokenize(vocab, prompt, (int32_t)strlen(prompt), ids, np, true, false);
+	if (given_ids) {
+		if (parse_ids(prompt, ids, llama_vocab_n_tokens(vocab))) {
+			fprintf(stderr, "greedy: bad prompt ids '%s'\n", prompt);
+			return 2;
+		}
+	} else {
+		llama_tokenize(vocab, prompt, (int32_t)strlen(prompt), ids, np, true, false);
+	}
 
 	struct llama_context_params cp = llama_context_default_params();
 	cp.n_ctx = (uint32_t)(np + n_predict + 16);
