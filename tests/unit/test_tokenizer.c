@@ -565,13 +565,14 @@ START_TEST(min_tokens_bound)
 					best = pl, longest = id;
 			}
 			int pl = tok_piece(l.t, longest, true, piece, sizeof piece);
+			static const char specials[] = "<|endoftext|> <s></s>\n\n\t";
 			for (size_t i = 0; i < big; i++) {
 				switch (kind) {
 				case 0: buf[i] = piece[i % (size_t)pl]; break;
 				case 1: buf[i] = ' '; break;
 				case 2: buf[i] = (char)rnd(); break;
 				case 3: buf[i] = "Once upon a time, there was a dog. "[i % 35]; break;
-				case 4: buf[i] = "<|endoftext|> <s></s>\n\n\t"[i % 26]; break;
+				case 4: buf[i] = specials[i % (sizeof specials - 1)]; break;
 				case 5: buf[i] = i % 97 ? 'a' : ' '; break;
 				}
 			}
