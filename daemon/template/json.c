@@ -56,19 +56,6 @@ static unsigned hex4(struct jp *p)
 	return u;
 }
 
-static size_t put_utf8(char *o, unsigned cp)
-{
-	if (cp < 0x80) { o[0] = cp; return 1; }
-	if (cp < 0x800) { o[0] = 0xc0 | cp >> 6; o[1] = 0x80 | (cp & 63); return 2; }
-	if (cp < 0x10000) {
-		o[0] = 0xe0 | cp >> 12; o[1] = 0x80 | (cp >> 6 & 63); o[2] = 0x80 | (cp & 63);
-		return 3;
-	}
-	o[0] = 0xf0 | cp >> 18; o[1] = 0x80 | (cp >> 12 & 63);
-	o[2] = 0x80 | (cp >> 6 & 63); o[3] = 0x80 | (cp & 63);
-	return 4;
-}
-
 /* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {
@@ -143,7 +130,7 @@ static struct tpl_val *string(struct jp *p)
 					jfail(p, "bad surrogate pair");
 				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
 			}
-			on += put_utf8(o + on, cp);
+			on += utf8_put(o + on, cp);
 			break;
 		}
 		default:

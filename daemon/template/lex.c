@@ -49,19 +49,6 @@ static int hexval(char c)
 		: c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-static size_t utf8_put(char *o, unsigned cp)
-{
-	if (cp < 0x80) { o[0] = cp; return 1; }
-	if (cp < 0x800) { o[0] = 0xc0 | cp >> 6; o[1] = 0x80 | (cp & 63); return 2; }
-	if (cp < 0x10000) {
-		o[0] = 0xe0 | cp >> 12; o[1] = 0x80 | (cp >> 6 & 63); o[2] = 0x80 | (cp & 63);
-		return 3;
-	}
-	o[0] = 0xf0 | cp >> 18; o[1] = 0x80 | (cp >> 12 & 63);
-	o[2] = 0x80 | (cp >> 6 & 63); o[3] = 0x80 | (cp & 63);
-	return 4;
-}
-
 /* A string literal: Python's unicode-escape rules; unknown escapes stay. */
 static void string_lit(struct lx *x)
 {

@@ -164,4 +164,18 @@ struct tpl_val *tpl_call_macro(struct tpl_render *r, int line, struct tpl_val *m
 #define TPL_MAX_DEPTH 1024      /* evaluation frames (macro recursion included) */
 #define TPL_MAX_STEPS 2000000   /* loop iterations and macro calls per render */
 
+/* Encodes code point cp (at most 0x10FFFF) as UTF-8 at o; its length. */
+static inline size_t utf8_put(char *o, unsigned cp)
+{
+	if (cp < 0x80) { o[0] = cp; return 1; }
+	if (cp < 0x800) { o[0] = 0xc0 | cp >> 6; o[1] = 0x80 | (cp & 63); return 2; }
+	if (cp < 0x10000) {
+		o[0] = 0xe0 | cp >> 12; o[1] = 0x80 | (cp >> 6 & 63); o[2] = 0x80 | (cp & 63);
+		return 3;
+	}
+	o[0] = 0xf0 | cp >> 18; o[1] = 0x80 | (cp >> 12 & 63);
+	o[2] = 0x80 | (cp >> 6 & 63); o[3] = 0x80 | (cp & 63);
+	return 4;
+}
+
 #endif
