@@ -15,6 +15,10 @@
 #   BENCH_BACKEND=NAME  pagoda's backend (default cpu: the figures set it
 #                       against llama.cpp's CPU backend)
 #   BENCH_BUILD_LLAMA=0 do not build the peer (use it if it is built)
+#   BENCH_ONLY="pp gen mm sweep prefix ipc"
+#                       the sections to run (default all): prefill/decode,
+#                       daemon against in-process, mm_decode, the concurrency
+#                       sweep, shared prefix, IPC (to re-measure one section)
 #   BENCH_PP, BENCH_TG, BENCH_SWEEP ("1 4 16 64"), BENCH_SW_PP, BENCH_SW_TG,
 #   BENCH_SW_ROUNDS, BENCH_GEN_PAIRS, BENCH_TT_PAIRS, BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N,
 #   BENCH_PFX_ROUNDS:
@@ -51,6 +55,7 @@ jsub() { printf '%s' "$3" | sed -n "s/.*\"$1\":{[^}]*\"$2\":\([-0-9.e+]*\).*/\1/
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "NA"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a=="" || b=="" || a=="NA" || b=="NA" || b+0==0) print "NA"; else printf "%.3f\n", a/b }'; }
 maxof() { awk -v a="$1" -v b="$2" 'BEGIN { if (a=="" || a=="NA") print b; else if (b=="" || b=="NA") print a; else print (a+0>b+0?a:b) }'; }
+want() { case " ${BENCH_ONLY:-pp gen mm sweep prefix ipc} " in *" $1 "*) return 0 ;; esac; return 1; }
 fmt() { awk -v a="$1" 'BEGIN { if (a=="" || a=="NA") print "NA"; else printf "%.2f\n", a }'; }
 
 for bin in pagoda pagodad pagoda-bench pagoda-mkmodel; do
@@ -73,7 +78,7 @@ PFX=${BENCH_PFX:-$PFX} PFX_SUF=${BENCH_PFX_SUF:-$PFX_SUF} PFX_N=${BENCH_PFX_N:-$
 say "# pagoda make bench, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n)"
 say "cpu: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1), $(nproc) cores; threads $T; quick=$QUICK, rounds $ROUNDS; prefill $PP, decode $TG, sweep \"$SWEEP\" x ($SW_PP + $SW_TG)"
 say "git: $(git rev-parse --short HEAD 2>/dev/null || echo ?) $(git status --porcelain 2>/dev/null | grep -q . && echo '(uncommitted changes)')"
-say "load at start: $(loadavg)"
+say "sections: ${BENCH_ONLY:-all}; load at start: $(loadavg)"
 
 # ---- models -----------------------------------------------------------------
 mkmodel() { # OUT ARGS...
@@ -207,6 +212,7 @@ SOCK_CACHE=$SOCK
 SUMMARY=$W/summary-$STAMP.txt
 echo "peer ${PEER_VERSION:-none}" >"$SUMMARY"
 for M in "$M8" "$M4"; do
+	want pp || break
 	mname=$(basename "$M" .gguf)
 	PF=$W/prompt-$mname.txt
 	make_prompt "$M" "$PP" "$PF"
@@ -261,6 +267,7 @@ for M in "$M8" "$M4"; do
 done
 
 # ---- the daemon against the engine in-process -------------------------------------
+if want gen; then
 # Adjacent pairs whose order alternates (run gen, gen run, ...): the host's
 # bandwidth drifts by a third within an hour, and rounds minutes apart
 # compared the two at different speeds.
@@ -351,6 +358,7 @@ else
 	say "token time: needs root and bpftrace: skipped"
 fi
 echo "gen_over_run decode=$rg ttft=$rttft pairs=$GEN_PAIRS ipc_us=$ipc_us ipc_pct=$ipc_frac" >>"$SUMMARY"
+fi
 
 # ---- what bounds Q8_0 decode ------------------------------------------------------
 # The token's matmuls against a plain read of the same weights with the same
@@ -360,8 +368,8 @@ echo "gen_over_run decode=$rg ttft=$rttft pairs=$GEN_PAIRS ipc_us=$ipc_us ipc_pc
 # and, against the weights' own read, wherever the host put them.
 MMD_LIBS="$B/libpagoda-engine.a $(pkg-config --libs libpcre2-8 libxxhash) -lm -pthread"
 MMD_ROUNDS=31
-if cc -O2 -march=native -I. -o "$W/mm_decode" bench/mm_decode.c $MMD_LIBS 2>>"$W/membw-build.log" ||
-	cc -O2 -I. -o "$W/mm_decode" bench/mm_decode.c $MMD_LIBS 2>>"$W/membw-build.log"; then
+if want mm && { cc -O2 -march=native -I. -o "$W/mm_decode" bench/mm_decode.c $MMD_LIBS 2>>"$W/membw-build.log" ||
+	cc -O2 -I. -o "$W/mm_decode" bench/mm_decode.c $MMD_LIBS 2>>"$W/membw-build.log"; }; then
 	say ""
 	say "## where Q8_0 decode's memory time goes (bench/mm_decode.c, $T threads, $MMD_ROUNDS rounds, load $(loadavg))"
 	"$W/mm_decode" "$M8" "$T" "$MMD_ROUNDS" >"$W/mm_decode.txt" 2>&1
@@ -375,6 +383,7 @@ if cc -O2 -march=native -I. -o "$W/mm_decode" bench/mm_decode.c $MMD_LIBS 2>>"$W
 fi
 
 # ---- concurrency sweep ------------------------------------------------------------
+if want sweep; then
 say ""
 say "## concurrency sweep, $(basename "$M8" .gguf): N streams x 1 request, prompt $SW_PP, output $SW_TG (pagoda-bench vs llama-batched-bench -npp $SW_PP -ntg $SW_TG), $SW_ROUNDS rounds, the engines alternating"
 say "N | round | load | pagoda out tok/s (wall) | pagoda decode tok/s (sum of streams) | TTFT p50/p99 ms | ITL p50/p99 ms | llama S_TG | llama S (all) | decode ratio"
@@ -416,8 +425,10 @@ for N in $SWEEP; do
 	echo "sweep$N pagoda_out=$(scol 1) pagoda_decode=$(scol 2) llama_tg=$(scol 3) ratio=$(scol 4) rounds=$SW_ROUNDS" >>"$SUMMARY"
 done
 say "(target at 16 streams: pagoda >= 2x llama.cpp's batched decode)"
+fi
 
 # ---- shared-prefix TTFT, prefix cache on vs off --------------------------------------
+if want prefix; then
 say ""
 say "## shared prefix: $PFX_N requests on $PFX_C streams, prefix $PFX + distinct $PFX_SUF tokens, output 4; prefix cache on vs off (alternating)"
 say "round | load | cache on TTFT p50 / p99 ms, hit rate | cache off TTFT p50 / p99 ms, hit rate | off/on p50"
@@ -436,8 +447,10 @@ while [ $r -le "$PFX_ROUNDS" ]; do
 	r=$((r + 1))
 done
 say "median TTFT off/on: $(median <"$W/prefix.txt")x"
+fi
 
 # ---- IPC: ring vs unix socket, and one client's receive rate ----------------------------
+if want ipc; then
 say ""
 say "## IPC round trip (daemon idle, $(basename "$M8" .gguf) loaded): $RTT_N empty requests each, alternating blocks (load $(loadavg))"
 RJ=$("$B/pagoda-bench" rtt --socket "$SOCK_CACHE" -q --json -n "$RTT_N")
@@ -457,6 +470,7 @@ record "$S1"
 record "$S2"
 say "reading as tokens come: client $(fmt "$(jget recv_tok_per_s "$S1")") tok/s, daemon produced $(fmt "$(jget daemon_tok_per_s "$S1")") tok/s, mismatched tokens $(jget mismatched_tokens "$S1")"
 say "16 x 64 tokens, client stalled 5 s first (CQ full, daemon holds the rest): read phase $(fmt "$(jget read_phase_tok_per_s "$S2")") tok/s, daemon produced $(fmt "$(jget daemon_tok_per_s "$S2")") tok/s, mismatched tokens $(jget mismatched_tokens "$S2")"
+fi
 
 say ""
 say "load at end: $(loadavg); total $(elapsed) s"
