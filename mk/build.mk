@@ -164,7 +164,7 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(ENGINE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(ENGINE_LIB) $(LDLIBS)
 
-$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
+$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(BUILD)/obj/tests/integration/harness.o $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A)) $(shell pkg-config --libs check) $(LDLIBS)
 

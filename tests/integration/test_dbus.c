@@ -12,6 +12,7 @@
  * model. Under `make check-asan` the daemon is the sanitizer build.
  */
 #include "libclient/pagoda.h"
+#include "tests/integration/harness.h"
 #include "tests/unit/testdata.h"
 
 #include <check.h>
@@ -34,33 +35,14 @@
 #define PATH "/org/pagoda/Daemon1"
 #define IFACE "org.pagoda.Daemon1"
 
-static char model[1024], daemon_bin[1024], dbus_bin[1024], dir[256], sock_path[300], log_path[300],
-	conf_path[300], bus_conf[300], bus_addr[400];
-static pid_t dpid = -1, bpid = -1;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void msleep(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
+static struct th_daemon D;
+static char dbus_bin[1024], conf_path[300], bus_conf[300], bus_addr[400];
+static pid_t bpid = -1;
 
 static int need(void)
 {
-	if (testdata_path(model, sizeof model, "models/stories260K.gguf") < 0)
+	if (th_need(&D) < 0)
 		return -1;
-	const char *b = getenv("PAGODA_BUILD");
-	snprintf(daemon_bin, sizeof daemon_bin, "%s/pagodad", b && *b ? b : "build");
-	if (access(daemon_bin, X_OK) != 0) {
-		fprintf(stderr, "SKIP: %s not built\n", daemon_bin);
-		return -1;
-	}
 	const char *cands[] = { "/usr/bin/dbus-daemon", "/bin/dbus-daemon", "/usr/local/bin/dbus-daemon" };
 	for (size_t i = 0; i < 3; i++)
 		if (access(cands[i], X_OK) == 0) {
@@ -97,17 +79,19 @@ static int open_bus(sd_bus **out)
 	return 0;
 }
 
+static void bus_env(void *arg)
+{
+	setenv("DBUS_SESSION_BUS_ADDRESS", bus_addr, 1);
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+}
+
 static void start_all(void)
 {
-	const char *t = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/pagoda-dbus-XXXXXX", t && *t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	chmod(dir, 0755); /* uid 65534 reaches the bus socket */
-	snprintf(sock_path, sizeof sock_path, "%s/s.sock", dir);
-	snprintf(log_path, sizeof log_path, "%s/pagodad.log", dir);
-	snprintf(conf_path, sizeof conf_path, "%s/pagodad.conf", dir);
-	snprintf(bus_conf, sizeof bus_conf, "%s/bus.conf", dir);
-	snprintf(bus_addr, sizeof bus_addr, "unix:path=%s/bus", dir);
+	th_mkdir(&D, "dbus"); /* uid 65534 reaches the bus socket */
+	snprintf(conf_path, sizeof conf_path, "%s/pagodad.conf", D.dir);
+	snprintf(bus_conf, sizeof bus_conf, "%s/bus.conf", D.dir);
+	snprintf(bus_addr, sizeof bus_addr, "unix:path=%s/bus", D.dir);
 	char xml[2048];
 	snprintf(xml, sizeof xml,
 		 "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\"\n"
@@ -123,7 +107,7 @@ static void start_all(void)
 		 "    <allow own=\"*\"/>\n"
 		 "  </policy>\n"
 		 "</busconfig>\n",
-		 dir);
+		 D.dir);
 	write_file(bus_conf, xml);
 	write_file(conf_path, "# test\nallow-group = 4242\n");
 
@@ -134,7 +118,7 @@ static void start_all(void)
 		char arg[400];
 		snprintf(arg, sizeof arg, "--config-file=%s", bus_conf);
 		char blog[320];
-		snprintf(blog, sizeof blog, "%s/dbus-daemon.log", dir);
+		snprintf(blog, sizeof blog, "%s/dbus-daemon.log", D.dir);
 		int fd = open(blog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		dup2(fd, 1);
 		dup2(fd, 2);
@@ -142,72 +126,25 @@ static void start_all(void)
 		_exit(127);
 	}
 	sd_bus *b = NULL;
-	for (uint64_t end = now_ms() + 10000; open_bus(&b) < 0;) {
-		ck_assert_msg(now_ms() < end, "the private dbus-daemon did not come up");
-		msleep(20);
+	for (uint64_t end = th_now_ms() + 10000; open_bus(&b) < 0;) {
+		ck_assert_msg(th_now_ms() < end, "the private dbus-daemon did not come up");
+		th_msleep(20);
 	}
 	sd_bus_flush_close_unref(b);
 
-	dpid = fork();
-	ck_assert_int_ge(dpid, 0);
-	if (dpid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
-		setenv("DBUS_SESSION_BUS_ADDRESS", bus_addr, 1);
-		unsetenv("NOTIFY_SOCKET");
-		unsetenv("WATCHDOG_USEC");
-		const char *argv[] = { daemon_bin, "--model", model, "--socket", sock_path, "--threads", "2",
-				       "--config", conf_path, "--bus", "session", "--log-level", "debug", NULL };
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 2);
-		execv(daemon_bin, (char **)argv);
-		_exit(127);
-	}
-}
-
-static int wait_exit(pid_t *pid, int timeout_ms)
-{
-	int st = 0;
-	uint64_t end = now_ms() + (uint64_t)timeout_ms;
-	while (waitpid(*pid, &st, WNOHANG) == 0) {
-		if (now_ms() > end) {
-			kill(*pid, SIGKILL);
-			waitpid(*pid, &st, 0);
-			*pid = -1;
-			return -1000;
-		}
-		msleep(10);
-	}
-	*pid = -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+	const char *argv[] = { "--threads", "2", "--config", conf_path, "--bus", "session", "--log-level", "debug",
+			       NULL };
+	th_spawn(&D, argv, bus_env, NULL);
 }
 
 static void cleanup(void)
 {
-	if (dpid > 0) {
-		kill(dpid, SIGKILL);
-		waitpid(dpid, NULL, 0);
-		dpid = -1;
-	}
+	th_cleanup(&D);
 	if (bpid > 0) {
 		kill(bpid, SIGTERM);
 		waitpid(bpid, NULL, 0);
 		bpid = -1;
 	}
-	if (dir[0]) {
-		char cmd[400];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-		dir[0] = 0;
-	}
-}
-
-static void show_log(void)
-{
-	char cmd[400];
-	snprintf(cmd, sizeof cmd, "tail -40 '%s' >&2", log_path);
-	if (system(cmd) != 0)
-		fprintf(stderr, "see %s\n", log_path);
 }
 
 static uint64_t prop_t(sd_bus *b, const char *name)
@@ -322,7 +259,7 @@ static int on_changed(sd_bus_message *m, void *userdata, sd_bus_error *ret)
 	if (sd_bus_message_read(m, "s", &iface) < 0 || strcmp(iface, IFACE))
 		return 0;
 	if (l->n < 64)
-		l->t[l->n++] = now_ms();
+		l->t[l->n++] = th_now_ms();
 	if (sd_bus_message_enter_container(m, 'a', "{sv}") < 0)
 		return 0;
 	while (sd_bus_message_enter_container(m, 'e', "sv") > 0) {
@@ -339,7 +276,7 @@ static int on_changed(sd_bus_message *m, void *userdata, sd_bus_error *ret)
 
 static void pump(sd_bus *b, int ms)
 {
-	for (uint64_t end = now_ms() + (uint64_t)ms; now_ms() < end;) {
+	for (uint64_t end = th_now_ms() + (uint64_t)ms; th_now_ms() < end;) {
 		while (sd_bus_process(b, NULL) > 0)
 			;
 		sd_bus_wait(b, 50000);
@@ -354,7 +291,7 @@ START_TEST(daemon_object)
 	sd_bus *b = NULL;
 	ck_assert_int_eq(open_bus(&b), 0);
 	/* the name appears while loading or right after */
-	for (uint64_t end = now_ms() + 60000;;) {
+	for (uint64_t end = th_now_ms() + 60000;;) {
 		sd_bus_error e = SD_BUS_ERROR_NULL;
 		char *s = NULL;
 		int r = sd_bus_get_property_string(b, NAME, PATH, IFACE, "State", &e, &s);
@@ -363,10 +300,10 @@ START_TEST(daemon_object)
 		free(s);
 		if (serving)
 			break;
-		if (now_ms() > end)
-			show_log();
-		ck_assert_msg(now_ms() < end, "org.pagoda.Daemon1 not serving within 60 s");
-		msleep(50);
+		if (th_now_ms() > end)
+			th_show_log(&D, 40);
+		ck_assert_msg(th_now_ms() < end, "org.pagoda.Daemon1 not serving within 60 s");
+		th_msleep(50);
 	}
 	/* the model */
 	char *str = prop_s(b, "ModelName");
@@ -397,7 +334,7 @@ START_TEST(daemon_object)
 
 	/* Work: the same long prompt three times (prefix-cache hits). */
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	ck_assert_uint_eq(prop_u(b, "ContextLength"), (uint32_t)pagoda_n_ctx(pg));
 	ck_assert_uint_eq(prop_u(b, "Clients"), 1);
 	const char *prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside "
@@ -477,8 +414,8 @@ START_TEST(daemon_object)
 	/* DropPrefixCache(): the cached blocks go */
 	ck_assert_msg(call(b, "DropPrefixCache", ename, sizeof ename, NULL) == 0, "DropPrefixCache: %s", ename);
 	uint64_t cached = 1;
-	for (uint64_t end = now_ms() + 5000; (cached = prop_t(b, "KVBlocksCached")) && now_ms() < end;)
-		msleep(20);
+	for (uint64_t end = th_now_ms() + 5000; (cached = prop_t(b, "KVBlocksCached")) && th_now_ms() < end;)
+		th_msleep(20);
 	ck_assert_uint_eq(cached, 0);
 	pump(b, 1200);
 	ck_assert_msg(pcl.cached, "no PropertiesChanged for KVBlocksCached");
@@ -517,17 +454,17 @@ START_TEST(daemon_object)
 	ck_assert_int_eq(ev.type, PAGODA_EV_ERROR);
 	ck_assert_int_eq(ev.error, PAGODA_E_DRAINING);
 	pagoda_close(pg);
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), PAGODA_E_DRAINING);
-	msleep(500);
-	ck_assert_int_eq(waitpid(dpid, NULL, WNOHANG), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), PAGODA_E_DRAINING);
+	th_msleep(500);
+	ck_assert_int_eq(waitpid(D.pid, NULL, WNOHANG), 0);
 	ck_assert_uint_eq(prop_t(b, "RequestsAccepted"), 3);
 
 	sd_bus_slot_unref(slot);
 	sd_bus_flush_close_unref(b);
-	kill(dpid, SIGTERM);
-	int code = wait_exit(&dpid, 30000);
+	kill(D.pid, SIGTERM);
+	int code = th_wait_exit(&D.pid, 30000);
 	if (code)
-		show_log();
+		th_show_log(&D, 40);
 	ck_assert_int_eq(code, 0);
 	cleanup();
 }
@@ -543,11 +480,11 @@ START_TEST(bus_flag)
 	if (p == 0) {
 		int fd = open("/dev/null", O_WRONLY);
 		dup2(fd, 2);
-		execl(daemon_bin, daemon_bin, "--model", model, "--socket", "/nonexistent/s.sock", "--bus", "bogus",
+		execl(D.bin, D.bin, "--model", D.model, "--socket", "/nonexistent/s.sock", "--bus", "bogus",
 		      (char *)NULL);
 		_exit(127);
 	}
-	ck_assert_int_eq(wait_exit(&p, 30000), 2);
+	ck_assert_int_eq(th_wait_exit(&p, 30000), 2);
 }
 END_TEST
 

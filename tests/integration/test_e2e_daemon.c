@@ -11,6 +11,7 @@
 #include "daemon/model/tokenizer.h"
 #include "libclient/pagoda.h"
 #include "shm/pagoda_shm.h"
+#include "tests/integration/harness.h"
 #include "tests/unit/testdata.h"
 
 #include <check.h>
@@ -30,73 +31,20 @@
 #include <time.h>
 #include <unistd.h>
 
-static char model[1024], daemon_bin[1024], dir[256], sock_path[300], log_path[300];
-static pid_t dpid = -1;
+static struct th_daemon D;
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void msleep(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
-/* 0 when the test can run. */
-static int need(void)
-{
-	if (testdata_path(model, sizeof model, "models/stories260K.gguf") < 0)
-		return -1;
-	const char *b = getenv("PAGODA_BUILD");
-	snprintf(daemon_bin, sizeof daemon_bin, "%s/pagodad", b && *b ? b : "build");
-	if (access(daemon_bin, X_OK) != 0) {
-		fprintf(stderr, "SKIP: %s not built\n", daemon_bin);
-		return -1;
-	}
-	return 0;
-}
+static int need(void) { return th_need(&D); }
 
 static void start_daemon_args(const char *extra[])
 {
-	const char *t = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/pagoda-e2e-XXXXXX", t && *t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	chmod(dir, 0755); /* so that another uid can reach the socket */
-	snprintf(sock_path, sizeof sock_path, "%s/s.sock", dir);
-	snprintf(log_path, sizeof log_path, "%s/pagodad.log", dir);
-	dpid = fork();
-	ck_assert_int_ge(dpid, 0);
-	if (dpid == 0) {
-		const char *argv[32] = { daemon_bin, "--model", model, "--socket", sock_path, "--threads", "2",
-					 "--log-level", "debug" };
-		int n = 9;
-		for (int i = 0; extra && extra[i] && n < 30; i++)
-			argv[n++] = extra[i];
-		argv[n] = NULL;
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 2);
-		execv(daemon_bin, (char **)argv);
-		_exit(127);
-	}
-	uint64_t end = now_ms() + 20000;
-	for (;;) {
-		pagoda_t *pg;
-		if (pagoda_connect(sock_path, &pg) == 0) {
-			pagoda_close(pg);
-			return;
-		}
-		int st;
-		if (waitpid(dpid, &st, WNOHANG) == dpid) {
-			dpid = -1;
-			ck_abort_msg("pagodad exited at start; see %s", log_path);
-		}
-		ck_assert_msg(now_ms() < end, "pagodad did not come up");
-		msleep(20);
-	}
+	th_mkdir(&D, "e2e");
+	const char *argv[32] = { "--threads", "2", "--log-level", "debug" };
+	int n = 4;
+	for (int i = 0; extra && extra[i] && n < 31; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	th_spawn(&D, argv, NULL, NULL);
+	th_wait_up(&D, 20000);
 }
 
 static void start_daemon(void) { start_daemon_args(NULL); }
@@ -104,55 +52,15 @@ static void start_daemon(void) { start_daemon_args(NULL); }
 /* Signals the daemon and waits for it; returns its exit status (or -sig). */
 static int stop_daemon(int sig)
 {
-	if (dpid <= 0)
-		return -1;
-	kill(dpid, sig);
-	int st = 0;
-	uint64_t end = now_ms() + 20000;
-	while (waitpid(dpid, &st, WNOHANG) == 0) {
-		if (now_ms() > end) {
-			kill(dpid, SIGKILL);
-			waitpid(dpid, &st, 0);
-			break;
-		}
-		msleep(10);
-	}
-	dpid = -1;
-	int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-	if (rc != 0 && sig != SIGKILL) { /* show why */
-		char cmd[400];
-		snprintf(cmd, sizeof cmd, "tail -60 '%s' >&2", log_path);
-		if (system(cmd) != 0)
-			fprintf(stderr, "see %s\n", log_path);
-	}
+	int rc = th_stop(&D, sig, 20000);
+	if (rc != 0 && sig != SIGKILL) /* show why */
+		th_show_log(&D, 60);
 	return rc;
 }
 
-static void cleanup(void)
-{
-	if (dpid > 0)
-		stop_daemon(SIGKILL);
-	if (dir[0]) {
-		char cmd[400];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-		dir[0] = 0;
-	}
-}
+static void cleanup(void) { th_cleanup(&D); }
 
-static bool log_contains(const char *s)
-{
-	FILE *f = fopen(log_path, "r");
-	if (!f)
-		return false;
-	char line[2048];
-	bool found = false;
-	while (!found && fgets(line, sizeof line, f))
-		found = strstr(line, s) != NULL;
-	fclose(f);
-	return found;
-}
+static bool log_contains(const char *s) { return th_log_count(&D, s) > 0; }
 
 /* ---- in-process reference -------------------------------------------------- */
 struct out {
@@ -185,7 +93,7 @@ static void ref_done(struct engine_req *r, enum finish_reason why, int err, cons
 /* Runs each prompt alone, greedy, with max_tokens n[i] and optional stop. */
 static void reference(const char **prompts, const int *n, const char *stop, int count, struct out *outs)
 {
-	struct engine_opts eo = { .model_path = model, .threads = 2 };
+	struct engine_opts eo = { .model_path = D.model, .threads = 2 };
 	struct engine *e;
 	char err[256];
 	ck_assert_msg(engine_create(&eo, &e, err, sizeof err) == 0, "%s", err);
@@ -307,7 +215,7 @@ START_TEST(many_clients)
 		ck_assert_int_ge(kids[k], 0);
 		if (kids[k] == 0) {
 			pagoda_t *pg;
-			if (pagoda_connect(sock_path, &pg) < 0)
+			if (pagoda_connect(D.sock, &pg) < 0)
 				_exit(10);
 			uint64_t ids[16];
 			for (int j = 0; j < 16; j++) {
@@ -369,10 +277,10 @@ START_TEST(ids_and_nop)
 	reference(prompts, &n, NULL, 1, ref);
 	start_daemon();
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	ck_assert_int_eq(pagoda_n_vocab(pg), 512);
 	/* the same prompt as ids: tokenize like the daemon does */
-	struct engine_opts eo = { .model_path = model, .threads = 1 };
+	struct engine_opts eo = { .model_path = D.model, .threads = 1 };
 	struct engine *e;
 	char err[256];
 	ck_assert_int_eq(engine_create(&eo, &e, err, sizeof err), 0);
@@ -424,7 +332,7 @@ START_TEST(sleeping_client_wakes)
 		return;
 	start_daemon();
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	struct pagoda_event ev;
 	for (int i = 0; i < 200; i++) {
 		ck_assert_int_eq(pagoda_next(pg, &ev, 1), PAGODA_E_TIMEOUT);
@@ -455,7 +363,7 @@ START_TEST(stop_context_cancel)
 	reference(prompts + 1, &n, stop, 1, stopped);
 	start_daemon();
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	struct pagoda_params p;
 	pagoda_params_init(&p);
 	p.max_tokens = n;
@@ -528,15 +436,15 @@ END_TEST
 /* ---- deaths -------------------------------------------------------------------------- */
 static int wait_idle(pagoda_t *pg, int ms)
 {
-	uint64_t end = now_ms() + (uint64_t)ms;
-	while (now_ms() < end) {
+	uint64_t end = th_now_ms() + (uint64_t)ms;
+	while (th_now_ms() < end) {
 		uint64_t id;
 		struct pagoda_event ev;
 		if (pagoda_stats(pg, &id) < 0 || pagoda_next(pg, &ev, 5000) < 0 || ev.type != PAGODA_EV_STATS)
 			return -1;
 		if (ev.stats.inflight == 0 && ev.stats.running == 0 && ev.stats.waiting == 0)
 			return 0;
-		msleep(20);
+		th_msleep(20);
 	}
 	return -1;
 }
@@ -558,7 +466,7 @@ START_TEST(client_killed)
 		pagoda_params_init(&p);
 		p.max_tokens = 1900;
 		uint64_t id[4];
-		if (pagoda_connect(sock_path, &pg) < 0)
+		if (pagoda_connect(D.sock, &pg) < 0)
 			_exit(1);
 		for (int i = 0; i < 4; i++)
 			pagoda_submit_text(pg, prompts[i], strlen(prompts[i]), &p, &id[i]);
@@ -568,14 +476,14 @@ START_TEST(client_killed)
 		if (write(pfd[1], "x", 1) != 1)
 			_exit(1);
 		for (;;) /* keep reading slowly, never finishing */
-			pagoda_next(pg, &ev, 5000), msleep(1);
+			pagoda_next(pg, &ev, 5000), th_msleep(1);
 	}
 	char c;
 	ck_assert_int_eq(read(pfd[0], &c, 1), 1);
 	kill(kid, SIGKILL);
 	waitpid(kid, NULL, 0);
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	ck_assert_msg(wait_idle(pg, 5000) == 0, "the killed client's requests are still running");
 	struct pagoda_params p;
 	pagoda_params_init(&p);
@@ -598,7 +506,7 @@ START_TEST(daemon_killed)
 		return;
 	start_daemon();
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	struct pagoda_params p;
 	pagoda_params_init(&p);
 	p.max_tokens = 1900;
@@ -607,19 +515,19 @@ START_TEST(daemon_killed)
 	struct pagoda_event ev;
 	for (int i = 0; i < 5; i++)
 		ck_assert_int_eq(pagoda_next(pg, &ev, 5000), 0);
-	kill(dpid, SIGKILL);
-	uint64_t t0 = now_ms();
+	kill(D.pid, SIGKILL);
+	uint64_t t0 = th_now_ms();
 	int rc;
 	while ((rc = pagoda_next(pg, &ev, -1)) == 0) /* drain what was already produced */
-		ck_assert_msg(now_ms() - t0 < 1000, "still receiving after the daemon died");
-	uint64_t dt = now_ms() - t0;
+		ck_assert_msg(th_now_ms() - t0 < 1000, "still receiving after the daemon died");
+	uint64_t dt = th_now_ms() - t0;
 	ck_assert_int_eq(rc, PAGODA_E_DISCONNECTED);
 	ck_assert_msg(dt < 1000, "took %llu ms to notice", (unsigned long long)dt);
 	ck_assert_int_eq(pagoda_submit_text(pg, "x", 1, &p, &id), PAGODA_E_DISCONNECTED);
 	ck_assert_int_eq(pagoda_next(pg, &ev, 100), PAGODA_E_DISCONNECTED);
 	pagoda_close(pg);
-	waitpid(dpid, NULL, 0);
-	dpid = -1;
+	waitpid(D.pid, NULL, 0);
+	D.pid = -1;
 	cleanup();
 }
 END_TEST
@@ -631,7 +539,7 @@ START_TEST(drain)
 		return;
 	start_daemon();
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	struct pagoda_params p;
 	pagoda_params_init(&p);
 	p.max_tokens = 300;
@@ -639,8 +547,8 @@ START_TEST(drain)
 	ck_assert_int_eq(pagoda_submit_text(pg, "Once", 4, &p, &id), 0);
 	struct pagoda_event ev;
 	ck_assert_int_eq(pagoda_next(pg, &ev, 5000), 0);
-	kill(dpid, SIGTERM);
-	msleep(50);
+	kill(D.pid, SIGTERM);
+	th_msleep(50);
 	ck_assert_int_eq(pagoda_submit_text(pg, "Again", 5, &p, &id2), 0);
 	int toks = 1;
 	bool refused = false, done = false;
@@ -659,10 +567,10 @@ START_TEST(drain)
 	}
 	ck_assert_int_eq(ev.finish == PAGODA_FINISH_LENGTH || ev.finish == PAGODA_FINISH_EOS, 1);
 	pagoda_t *late;
-	ck_assert_int_ne(pagoda_connect(sock_path, &late), 0);
+	ck_assert_int_ne(pagoda_connect(D.sock, &late), 0);
 	int st;
-	ck_assert_int_eq(waitpid(dpid, &st, 0), dpid);
-	dpid = -1;
+	ck_assert_int_eq(waitpid(D.pid, &st, 0), D.pid);
+	D.pid = -1;
 	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	ck_assert_int_eq(pagoda_next(pg, &ev, 2000), PAGODA_E_DISCONNECTED);
 	pagoda_close(pg);
@@ -678,7 +586,7 @@ static int connect_as_nobody(void)
 		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
 			_exit(100);
 		pagoda_t *pg;
-		int rc = pagoda_connect(sock_path, &pg);
+		int rc = pagoda_connect(D.sock, &pg);
 		if (rc == 0)
 			pagoda_close(pg);
 		_exit(-rc);
@@ -724,9 +632,9 @@ static int raw_connect(struct raw *r)
 	memset(r, 0, sizeof *r);
 	r->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(sock_path) >= sizeof sa.sun_path)
+	if (strlen(D.sock) >= sizeof sa.sun_path)
 		return -1;
-	memcpy(sa.sun_path, sock_path, strlen(sock_path) + 1);
+	memcpy(sa.sun_path, D.sock, strlen(D.sock) + 1);
 	if (connect(r->sock, (struct sockaddr *)&sa, sizeof sa) < 0)
 		return -1;
 	struct pg_hello h = { PG_PROTO_MAGIC, PG_PROTO_VERSION, 0, 0 };
@@ -797,7 +705,7 @@ static pid_t good_client(const struct out *ref, int n)
 		return k;
 	static struct out got[1];
 	pagoda_t *pg;
-	if (pagoda_connect(sock_path, &pg) < 0)
+	if (pagoda_connect(D.sock, &pg) < 0)
 		_exit(20);
 	sigset_t set;
 	sigemptyset(&set);
@@ -849,9 +757,9 @@ START_TEST(hostile)
 	r.sq[0] = e;
 	atomic_store(&r.sqc->tail, 1);
 	raw_kick(&r);
-	uint64_t end = now_ms() + 2000;
-	while (atomic_load(&r.sqc->head) != 1 && now_ms() < end)
-		msleep(1);
+	uint64_t end = th_now_ms() + 2000;
+	while (atomic_load(&r.sqc->head) != 1 && th_now_ms() < end)
+		th_msleep(1);
 	ck_assert_uint_eq(atomic_load(&r.sqc->head), 1);
 	ck_assert_uint_eq(atomic_load(&r.cqc->tail), 1); /* the NOP answer */
 	atomic_store(&r.sqc->tail, 0);
@@ -903,16 +811,16 @@ START_TEST(hostile)
 		if (round % 3 == 0) /* plausible positions, garbage entries */
 			atomic_store(&r.sqc->tail, rnd() % (r.h.sq_entries + 1)), atomic_store(&r.sqc->head, 0);
 		raw_kick(&r);
-		msleep(5);
+		th_msleep(5);
 		raw_close(&r);
 	}
 
 	/* entries and tail changing while the daemon reads them */
 	ck_assert_int_eq(raw_connect(&r), 0);
 	uint32_t tail = 0;
-	end = now_ms() + 1000;
+	end = th_now_ms() + 1000;
 	bool dropped = false;
-	while (now_ms() < end && !dropped) {
+	while (th_now_ms() < end && !dropped) {
 		for (uint32_t i = 0; i < r.h.sq_entries; i++) {
 			struct pg_sqe *s = &r.sq[i];
 			s->op = rnd() % 2 ? PG_OP_NOP : (rnd() % 3 ? PG_OP_SUBMIT : rnd());
@@ -941,7 +849,7 @@ START_TEST(hostile)
 	int st;
 	ck_assert_int_eq(waitpid(good, &st, 0), good);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the well-behaved client failed: %d", st);
-	ck_assert_int_eq(kill(dpid, 0), 0);
+	ck_assert_int_eq(kill(D.pid, 0), 0);
 	ck_assert(log_contains("disconnected"));
 	ck_assert_int_eq(stop_daemon(SIGTERM), 0);
 	cleanup();

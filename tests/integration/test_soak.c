@@ -25,6 +25,7 @@
 #include "daemon/model/tokenizer.h"
 #include "libclient/pagoda.h"
 #include "shm/pagoda_shm.h"
+#include "tests/integration/harness.h"
 #include "tests/unit/testdata.h"
 
 #include <check.h>
@@ -59,21 +60,7 @@
 #define UID_B 4243
 #define UID_NOBODY 65534 /* refused by the policy */
 
-static char model[1024], daemon_bin[1024], dir[256], sock_path[300], log_path[300];
-static pid_t dpid = -1;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void msleep(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
+static struct th_daemon D;
 
 static int need(bool root, const char *name)
 {
@@ -81,14 +68,8 @@ static int need(bool root, const char *name)
 	const char *only = getenv("PAGODA_SOAK_ONLY");
 	if (only && *only && strcmp(only, name))
 		return -1;
-	if (testdata_path(model, sizeof model, "models/stories260K.gguf") < 0)
+	if (th_need(&D) < 0)
 		return -1;
-	const char *b = getenv("PAGODA_BUILD");
-	snprintf(daemon_bin, sizeof daemon_bin, "%s/pagodad", b && *b ? b : "build");
-	if (access(daemon_bin, X_OK) != 0) {
-		fprintf(stderr, "SKIP: %s not built\n", daemon_bin);
-		return -1;
-	}
 	if (root && geteuid() != 0) {
 		fprintf(stderr, "SKIP: needs root to act as other users\n");
 		return -1;
@@ -98,95 +79,44 @@ static int need(bool root, const char *name)
 
 /* Starts pagodad with extra flags; nofile > 0 caps its descriptors (soft
  * and hard, so that it cannot raise them). */
+static void cap_nofile(void *arg)
+{
+	rlim_t n = *(rlim_t *)arg;
+	struct rlimit rl = { n, n };
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 static void start(const char *const *extra, rlim_t nofile)
 {
-	const char *t = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/pagoda-soak-XXXXXX", t && *t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	chmod(dir, 0755); /* so that other uids reach the socket */
-	snprintf(sock_path, sizeof sock_path, "%s/s.sock", dir);
-	snprintf(log_path, sizeof log_path, "%s/pagodad.log", dir);
-	dpid = fork();
-	ck_assert_int_ge(dpid, 0);
-	if (dpid == 0) {
-		const char *argv[40] = { daemon_bin, "--model", model, "--socket", sock_path, "--threads", "2",
-					 "--allow-users", "4242,4243" };
-		int n = 9;
-		for (int i = 0; extra && extra[i] && n < 38; i++)
-			argv[n++] = extra[i];
-		argv[n] = NULL;
-		if (nofile) {
-			struct rlimit rl = { nofile, nofile };
-			setrlimit(RLIMIT_NOFILE, &rl);
-		}
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 2);
-		execv(daemon_bin, (char **)argv);
-		_exit(127);
-	}
-	uint64_t end = now_ms() + 20000;
-	for (;;) {
-		pagoda_t *pg;
-		if (pagoda_connect(sock_path, &pg) == 0) {
-			pagoda_close(pg);
-			return;
-		}
-		int st;
-		ck_assert_msg(waitpid(dpid, &st, WNOHANG) == 0, "pagodad exited at start; see %s", log_path);
-		ck_assert_msg(now_ms() < end, "pagodad did not come up");
-		msleep(20);
-	}
+	th_mkdir(&D, "soak");
+	const char *argv[40] = { "--threads", "2", "--allow-users", "4242,4243" };
+	int n = 4;
+	for (int i = 0; extra && extra[i] && n < 39; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	th_spawn(&D, argv, nofile ? cap_nofile : NULL, &nofile);
+	th_wait_up(&D, 20000);
 }
 
 /* Drains and stops the daemon: it must exit 0 (under ASan: no leak, no
  * error at exit either). */
 static void stop(void)
 {
-	int st = 0;
-	if (dpid > 0) {
-		kill(dpid, SIGTERM);
-		uint64_t end = now_ms() + 30000;
-		while (waitpid(dpid, &st, WNOHANG) == 0) {
-			if (now_ms() > end) {
-				kill(dpid, SIGKILL);
-				waitpid(dpid, &st, 0);
-				break;
-			}
-			msleep(10);
-		}
-		dpid = -1;
+	int rc = D.pid > 0 ? th_stop(&D, SIGTERM, 30000) : 0;
+	if (rc != 0) {
+		th_show_log(&D, 40);
+		ck_abort_msg("pagodad did not exit cleanly: status %d", rc);
 	}
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		char cmd[400];
-		snprintf(cmd, sizeof cmd, "tail -40 '%s' >&2", log_path);
-		if (system(cmd) != 0)
-			fprintf(stderr, "see %s\n", log_path);
-		ck_abort_msg("pagodad did not exit cleanly: status %d", st);
-	}
-	char cmd[400];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
+	th_cleanup(&D);
 }
 
-static int log_count(const char *s)
-{
-	FILE *f = fopen(log_path, "r");
-	if (!f)
-		return 0;
-	char line[2048];
-	int n = 0;
-	while (fgets(line, sizeof line, f))
-		n += strstr(line, s) != NULL;
-	fclose(f);
-	return n;
-}
+static int log_count(const char *s) { return th_log_count(&D, s); }
 
 /* ---- the daemon seen from /proc ------------------------------------------- */
 static int fd_count(void)
 {
 	char p[64];
-	snprintf(p, sizeof p, "/proc/%d/fd", (int)dpid);
+	snprintf(p, sizeof p, "/proc/%d/fd", (int)D.pid);
 	DIR *d = opendir(p);
 	if (!d)
 		return -1;
@@ -200,7 +130,7 @@ static int fd_count(void)
 static long rss_kb(void)
 {
 	char p[64], line[256];
-	snprintf(p, sizeof p, "/proc/%d/status", (int)dpid);
+	snprintf(p, sizeof p, "/proc/%d/status", (int)D.pid);
 	FILE *f = fopen(p, "r");
 	long kb = -1;
 	while (f && fgets(line, sizeof line, f))
@@ -214,7 +144,7 @@ static long rss_kb(void)
 static double cpu_s(void)
 {
 	char p[64], buf[1024];
-	snprintf(p, sizeof p, "/proc/%d/stat", (int)dpid);
+	snprintf(p, sizeof p, "/proc/%d/stat", (int)D.pid);
 	FILE *f = fopen(p, "r");
 	if (!f)
 		return -1;
@@ -234,7 +164,7 @@ static int raw_connect(void)
 {
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	memcpy(sa.sun_path, sock_path, strlen(sock_path) + 1);
+	memcpy(sa.sun_path, D.sock, strlen(D.sock) + 1);
 	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof sa) == 0)
 		return s;
 	if (s >= 0)
@@ -292,7 +222,7 @@ static void ref_done(struct engine_req *r, enum finish_reason why, int err, cons
 /* The solo run: the same engine in-process, greedy. */
 static void reference(struct out *o)
 {
-	struct engine_opts eo = { .model_path = model, .threads = 2 };
+	struct engine_opts eo = { .model_path = D.model, .threads = 2 };
 	struct engine *e;
 	char err[256];
 	ck_assert_msg(engine_create(&eo, &e, err, sizeof err) == 0, "%s", err);
@@ -363,14 +293,14 @@ static pid_t good_client(const struct out *ref, int max_ms)
 	sigaddset(&set, SIGTERM);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	pagoda_t *pg;
-	if (pagoda_connect(sock_path, &pg) < 0)
+	if (pagoda_connect(D.sock, &pg) < 0)
 		_exit(20);
 	static struct out got;
 	uint64_t worst = 0;
 	for (int round = 0;; round++) {
-		uint64_t t0 = now_ms();
+		uint64_t t0 = th_now_ms();
 		int rc = run_one(pg, &got, 30000);
-		uint64_t dt = now_ms() - t0;
+		uint64_t dt = th_now_ms() - t0;
 		worst = dt > worst ? dt : worst;
 		if (rc < 0 || !same(&got, ref)) {
 			fprintf(stderr, "good client: round %d: %s\n", round, rc < 0 ? pagoda_strerror(rc) : "output differs");
@@ -399,21 +329,21 @@ START_TEST(idle_without_hello)
 		return;
 	const char *a[] = { "--hello-timeout-ms", "1000", NULL };
 	start(a, 0);
-	msleep(300); /* the probe connection of start() is gone */
+	th_msleep(300); /* the probe connection of start() is gone */
 	int base = fd_count();
 	int fds[50];
 	for (int i = 0; i < 50; i++)
 		ck_assert_int_ge(fds[i] = raw_connect(), 0);
-	uint64_t end = now_ms() + 3000;
-	while (fd_count() < base + 50 && now_ms() < end)
-		msleep(20);
+	uint64_t end = th_now_ms() + 3000;
+	while (fd_count() < base + 50 && th_now_ms() < end)
+		th_msleep(20);
 	ck_assert_int_ge(fd_count(), base + 50);
 	for (int i = 0; i < 50; i++)
 		ck_assert_msg(closed_by_daemon(fds[i], 3000), "connection %d without a hello still open", i);
 	for (int i = 0; i < 50; i++)
 		close(fds[i]);
 	ck_assert(log_count("no hello in time") > 0);
-	msleep(100);
+	th_msleep(100);
 	ck_assert_int_le(fd_count(), base);
 	stop();
 }
@@ -440,7 +370,7 @@ START_TEST(refused_at_accept)
 		/* the library reads the refusal whatever the timing */
 		for (int i = 0; i < 300; i++) {
 			pagoda_t *pg;
-			int rc = pagoda_connect(sock_path, &pg);
+			int rc = pagoda_connect(D.sock, &pg);
 			if (rc != PAGODA_E_PERM)
 				_exit(30 + (rc < 0 ? -rc : 0));
 		}
@@ -471,7 +401,7 @@ START_TEST(descriptors_exhausted)
 	const char *a[] = { "--max-clients", "5000", "--max-clients-per-uid", "5000", "--hello-timeout-ms", "4000", NULL };
 	start(a, 1024);
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	enum { N = 1100 };
 	static int fds[N];
 	int n = 0;
@@ -479,9 +409,9 @@ START_TEST(descriptors_exhausted)
 		if ((fds[n] = raw_connect()) < 0)
 			break;
 	ck_assert_int_ge(n, 1024); /* the backlog takes the rest */
-	msleep(500);
+	th_msleep(500);
 	double c0 = cpu_s();
-	msleep(1500);
+	th_msleep(1500);
 	double used = cpu_s() - c0;
 	ck_assert_msg(used < 0.3 * SLOW, "the daemon used %.2f s of CPU in 1.5 s while out of descriptors", used);
 	int lines = log_count("accept:");
@@ -492,11 +422,11 @@ START_TEST(descriptors_exhausted)
 	for (int i = 0; i < n; i++)
 		close(fds[i]);
 	/* and a new one gets in again */
-	uint64_t end = now_ms() + 10000;
+	uint64_t end = th_now_ms() + 10000;
 	pagoda_t *late = NULL;
-	while (pagoda_connect(sock_path, &late) != 0) {
-		ck_assert_msg(now_ms() < end, "no new connection after the idle ones left");
-		msleep(50);
+	while (pagoda_connect(D.sock, &late) != 0) {
+		ck_assert_msg(th_now_ms() < end, "no new connection after the idle ones left");
+		th_msleep(50);
 	}
 	ck_assert_int_eq(run_one(late, &got, 10000), 0);
 	ck_assert(same(&got, &ref));
@@ -522,8 +452,8 @@ START_TEST(huge_prompts_do_not_stall)
 	const char *a[] = { "--arena-size", "16M", NULL };
 	start(a, 0);
 	pagoda_t *atk, *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &atk), 0);
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &atk), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	size_t len = 1 << 20;
 	char *t = big_text(len);
 	struct pagoda_params p;
@@ -532,11 +462,11 @@ START_TEST(huge_prompts_do_not_stall)
 	uint64_t ids[12];
 	for (int i = 0; i < 12; i++)
 		ck_assert_int_eq(pagoda_submit_text(atk, t, len, &p, &ids[i]), 0);
-	uint64_t t0 = now_ms(), nop;
+	uint64_t t0 = th_now_ms(), nop;
 	ck_assert_int_eq(pagoda_nop(pg, &nop), 0);
 	struct pagoda_event ev;
 	ck_assert_int_eq(pagoda_next(pg, &ev, 30000), 0);
-	uint64_t dt = now_ms() - t0;
+	uint64_t dt = th_now_ms() - t0;
 	ck_assert_int_eq(ev.type, PAGODA_EV_NOP);
 	ck_assert_msg(dt < 300 * SLOW, "a NOP took %llu ms behind 12 prompts of 1 MiB", (unsigned long long)dt);
 	for (int i = 0; i < 12; i++) {
@@ -558,7 +488,7 @@ START_TEST(arena_rewinds)
 		return;
 	start(NULL, 0);
 	pagoda_t *pg;
-	ck_assert_int_eq(pagoda_connect(sock_path, &pg), 0);
+	ck_assert_int_eq(pagoda_connect(D.sock, &pg), 0);
 	size_t A = 1 << 20; /* the default arena */
 	char *t = big_text(A);
 	struct pagoda_params p;
@@ -589,7 +519,7 @@ static pid_t never_reader(uid_t uid, int conns)
 	p.max_tokens = 400;
 	for (int c = 0; c < conns; c++) {
 		pagoda_t *pg;
-		if (pagoda_connect(sock_path, &pg) < 0)
+		if (pagoda_connect(D.sock, &pg) < 0)
 			_exit(40);
 		for (int i = 0; i < 64; i++)
 			if (pagoda_submit_text(pg, prompt, strlen(prompt), &p, NULL) < 0)
@@ -605,13 +535,13 @@ START_TEST(never_read_and_many_connections)
 		return;
 	const char *a[] = { "--queued-budget", "2M", "--max-clients-per-uid", "16", NULL };
 	start(a, 0);
-	msleep(300);
+	th_msleep(300);
 	long rss0 = rss_kb();
 	int fd0 = fd_count();
 	pid_t k = never_reader(UID_A, 4); /* 4 x 64 requests: all admitted */
-	uint64_t end = now_ms() + 60000;
-	while (log_count("does not read its completions") < 4 && now_ms() < end)
-		msleep(100);
+	uint64_t end = th_now_ms() + 60000;
+	while (log_count("does not read its completions") < 4 && th_now_ms() < end)
+		th_msleep(100);
 	ck_assert_msg(log_count("does not read its completions") >= 4, "slow readers not cut off");
 	long rss1 = rss_kb();
 	kill(k, SIGKILL);
@@ -623,7 +553,7 @@ START_TEST(never_read_and_many_connections)
 		become(UID_B);
 		pagoda_t *pg[20];
 		for (int i = 0; i < 20; i++) {
-			int rc = pagoda_connect(sock_path, &pg[i]);
+			int rc = pagoda_connect(D.sock, &pg[i]);
 			if ((i < 16) != (rc == 0))
 				_exit(50 + i);
 			if (i >= 16 && rc != PAGODA_E_LIMIT)
@@ -632,7 +562,7 @@ START_TEST(never_read_and_many_connections)
 		_exit(0);
 	}
 	ck_assert_int_eq(wait_child(m), 0);
-	msleep(1500);
+	th_msleep(1500);
 	long rss2 = rss_kb();
 	fprintf(stderr, "never_read: RSS %ld kB before, %ld kB with the slow readers, %ld kB after; fds %d then %d\n",
 		rss0, rss1, rss2, fd0, fd_count());
@@ -668,7 +598,7 @@ static pid_t attacker(int kind, uid_t uid)
 			static int fds[300];
 			for (int i = 0; i < 300; i++)
 				fds[i] = raw_connect();
-			msleep(1500);
+			th_msleep(1500);
 			for (int i = 0; i < 300; i++)
 				if (fds[i] >= 0)
 					close(fds[i]);
@@ -677,19 +607,19 @@ static pid_t attacker(int kind, uid_t uid)
 		case 1: { /* a refused user knocking */
 			pagoda_t *pg;
 			for (int i = 0; i < 50; i++)
-				if (pagoda_connect(sock_path, &pg) == 0)
+				if (pagoda_connect(D.sock, &pg) == 0)
 					_exit(60);
-			msleep(50);
+			th_msleep(50);
 			break;
 		}
 		case 2: { /* huge text prompts */
 			pagoda_t *pg;
-			if (pagoda_connect(sock_path, &pg) == 0) {
+			if (pagoda_connect(D.sock, &pg) == 0) {
 				struct pagoda_params p;
 				pagoda_params_init(&p);
 				for (int i = 0; i < 4; i++)
 					pagoda_submit_text(pg, t, (1 << 20) - 8, &p, NULL);
-				msleep(200);
+				th_msleep(200);
 				pagoda_close(pg);
 			}
 			break;
@@ -700,11 +630,11 @@ static pid_t attacker(int kind, uid_t uid)
 			pagoda_params_init(&p);
 			p.max_tokens = 400;
 			for (int c = 0; c < 24; c++)
-				if (pagoda_connect(sock_path, &pg[c]) == 0)
+				if (pagoda_connect(D.sock, &pg[c]) == 0)
 					for (int i = 0; i < 64; i++)
 						if (pagoda_submit_text(pg[c], prompt, strlen(prompt), &p, NULL) < 0)
 							break;
-			msleep(3000);
+			th_msleep(3000);
 			for (int c = 0; c < 24; c++)
 				if (pg[c])
 					pagoda_close(pg[c]);
@@ -728,7 +658,7 @@ START_TEST(soak)
 	pid_t good[2];
 	for (int i = 0; i < 2; i++)
 		good[i] = good_client(&ref, 8000 * SLOW);
-	msleep(2000); /* the baseline: serving, before the attacks */
+	th_msleep(2000); /* the baseline: serving, before the attacks */
 	long rss0 = rss_kb();
 	int fd0 = fd_count() - 4; /* less the good clients' */
 	static const int kinds[5] = { 0, 1, 2, 3, 3 };
@@ -739,10 +669,10 @@ START_TEST(soak)
 	int secs = getenv("PAGODA_SOAK_S") ? atoi(getenv("PAGODA_SOAK_S")) : 40;
 	long rss_max = 0;
 	for (int s = 0; s < secs; s++) {
-		msleep(1000);
+		th_msleep(1000);
 		long r = rss_kb();
 		rss_max = r > rss_max ? r : rss_max;
-		ck_assert_msg(kill(dpid, 0) == 0, "pagodad died");
+		ck_assert_msg(kill(D.pid, 0) == 0, "pagodad died");
 	}
 	for (int i = 0; i < 5; i++)
 		kill(atk[i], SIGTERM);
@@ -750,7 +680,7 @@ START_TEST(soak)
 		ck_assert_msg(wait_child(atk[i]) == 0, "attacker %d: unexpected result", i);
 	for (int i = 0; i < 2; i++)
 		good_client_ok(good[i]);
-	msleep(2000); /* hello deadlines, frees, the trim */
+	th_msleep(2000); /* hello deadlines, frees, the trim */
 	long rss1 = rss_kb();
 	int fd1 = fd_count();
 	fprintf(stderr, "soak: %d s; RSS %ld kB at start, %ld kB at most, %ld kB after; fds %d then %d\n", secs, rss0,
@@ -761,7 +691,7 @@ START_TEST(soak)
 		ck_assert_int_le(rss_max - rss0, 96 * 1024);
 	}
 	/* the journal saw a bounded number of lines */
-	FILE *f = fopen(log_path, "r");
+	FILE *f = fopen(D.log, "r");
 	int lines = 0;
 	char line[2048];
 	while (f && fgets(line, sizeof line, f))

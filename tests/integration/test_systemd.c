@@ -10,6 +10,7 @@
  * `make check-asan` the daemon is the sanitizer build.
  */
 #include "libclient/pagoda.h"
+#include "tests/integration/harness.h"
 #include "tests/unit/testdata.h"
 
 #include <check.h>
@@ -28,9 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static char model[1024], daemon_bin[1024], dir[256], sock_path[300], log_path[300], notify_path[300],
-	conf_path[300];
-static pid_t dpid = -1;
+static struct th_daemon D;
+static char notify_path[300], conf_path[300];
 static int nfd = -1;
 
 struct nmsg {
@@ -48,18 +48,7 @@ static uint64_t now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-static int need(void)
-{
-	if (testdata_path(model, sizeof model, "models/stories260K.gguf") < 0)
-		return -1;
-	const char *b = getenv("PAGODA_BUILD");
-	snprintf(daemon_bin, sizeof daemon_bin, "%s/pagodad", b && *b ? b : "build");
-	if (access(daemon_bin, X_OK) != 0) {
-		fprintf(stderr, "SKIP: %s not built\n", daemon_bin);
-		return -1;
-	}
-	return 0;
-}
+static int need(void) { return th_need(&D); }
 
 /* True if one of msg's lines is exactly line (or starts with it, for "KEY="). */
 static bool has_line(const char *msg, const char *line)
@@ -122,13 +111,9 @@ static int wait_msg(const char *want, int timeout_ms)
 
 static void setup_dir(void)
 {
-	const char *t = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/pagoda-sd-XXXXXX", t && *t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(sock_path, sizeof sock_path, "%s/s.sock", dir);
-	snprintf(log_path, sizeof log_path, "%s/pagodad.log", dir);
-	snprintf(notify_path, sizeof notify_path, "%s/notify", dir);
-	snprintf(conf_path, sizeof conf_path, "%s/pagodad.conf", dir);
+	th_mkdir(&D, "sd");
+	snprintf(notify_path, sizeof notify_path, "%s/notify", D.dir);
+	snprintf(conf_path, sizeof conf_path, "%s/pagodad.conf", D.dir);
 	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(nfd, 0);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -144,55 +129,38 @@ static void setup_dir(void)
 	fclose(f);
 }
 
+struct watchdog {
+	const char *usec;
+	pid_t pid; /* 0: the daemon's own */
+};
+
+static void notify_env(void *arg)
+{
+	const struct watchdog *w = arg;
+	char pidbuf[32];
+	snprintf(pidbuf, sizeof pidbuf, "%d", w->pid ? (int)w->pid : (int)getpid());
+	setenv("NOTIFY_SOCKET", notify_path, 1);
+	if (w->usec) {
+		setenv("WATCHDOG_USEC", w->usec, 1);
+		setenv("WATCHDOG_PID", pidbuf, 1);
+	}
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_PID");
+}
+
 /* watchdog_pid: 0 = the daemon's own pid, else that value. */
 static void start_daemon(const char *watchdog_usec, pid_t watchdog_pid)
 {
-	dpid = fork();
-	ck_assert_int_ge(dpid, 0);
-	if (dpid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
-		char pidbuf[32];
-		snprintf(pidbuf, sizeof pidbuf, "%d", watchdog_pid ? (int)watchdog_pid : (int)getpid());
-		setenv("NOTIFY_SOCKET", notify_path, 1);
-		if (watchdog_usec) {
-			setenv("WATCHDOG_USEC", watchdog_usec, 1);
-			setenv("WATCHDOG_PID", pidbuf, 1);
-		}
-		unsetenv("LISTEN_FDS");
-		unsetenv("LISTEN_PID");
-		const char *argv[] = { daemon_bin, "--model", model, "--socket", sock_path, "--threads", "2",
-				       "--config", conf_path, "--bus", "none", "--log-level", "debug", NULL };
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 2);
-		execv(daemon_bin, (char **)argv);
-		_exit(127);
-	}
+	struct watchdog w = { watchdog_usec, watchdog_pid };
+	const char *argv[] = { "--threads", "2", "--config", conf_path, "--bus", "none", "--log-level", "debug", NULL };
+	th_spawn(&D, argv, notify_env, &w);
 }
 
-static int wait_exit(int timeout_ms)
-{
-	int st = 0;
-	uint64_t end = now_us() + (uint64_t)timeout_ms * 1000;
-	while (waitpid(dpid, &st, WNOHANG) == 0) {
-		if (now_us() > end) {
-			kill(dpid, SIGKILL);
-			waitpid(dpid, &st, 0);
-			dpid = -1;
-			return -1000;
-		}
-		struct timespec ts = { 0, 10000000 };
-		nanosleep(&ts, NULL);
-	}
-	dpid = -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-}
+static int wait_exit(int timeout_ms) { return th_wait_exit(&D.pid, timeout_ms); }
 
 static void show_log(void)
 {
-	char cmd[400];
-	snprintf(cmd, sizeof cmd, "tail -40 '%s' >&2", log_path);
-	if (system(cmd) != 0)
-		fprintf(stderr, "see %s\n", log_path);
+	th_show_log(&D, 40);
 	for (int i = 0; i < n_msgs; i++)
 		fprintf(stderr, "notify +%llu ms: %s\n", (unsigned long long)(msgs[i].t_us - msgs[0].t_us) / 1000,
 			msgs[i].text);
@@ -200,21 +168,10 @@ static void show_log(void)
 
 static void cleanup(void)
 {
-	if (dpid > 0) {
-		kill(dpid, SIGKILL);
-		waitpid(dpid, NULL, 0);
-		dpid = -1;
-	}
 	if (nfd >= 0)
 		close(nfd);
 	nfd = -1;
-	if (dir[0]) {
-		char cmd[400];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-		dir[0] = 0;
-	}
+	th_cleanup(&D);
 }
 
 /* Largest gap between WATCHDOG=1 messages in [from, to) of msgs, and how
@@ -248,7 +205,7 @@ START_TEST(lifecycle)
 		show_log();
 	ck_assert_msg(ready >= 0, "no READY=1 within 60 s");
 	pagoda_t *pg = NULL;
-	int rc = pagoda_connect(sock_path, &pg);
+	int rc = pagoda_connect(D.sock, &pg);
 	ck_assert_msg(rc == 0, "READY=1 came but the socket does not serve: %s", pagoda_strerror(rc));
 	ck_assert_int_gt(pagoda_n_ctx(pg), 0);
 	int n_status = 0;
@@ -283,7 +240,7 @@ START_TEST(lifecycle)
 	fprintf(f, "max-inflight = 16\n");
 	fclose(f);
 	uint64_t before = now_us();
-	kill(dpid, SIGHUP);
+	kill(D.pid, SIGHUP);
 	int rl = wait_msg("RELOADING=1", 10000);
 	ck_assert_msg(rl >= 0, "no RELOADING=1 after SIGHUP");
 	const char *mono = line_value(msgs[rl].text, "MONOTONIC_USEC=");
@@ -327,7 +284,7 @@ START_TEST(lifecycle)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	uint64_t t_term_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	kill(dpid, SIGTERM);
+	kill(D.pid, SIGTERM);
 	int stop = wait_msg("STOPPING=1", 10000);
 	ck_assert_msg(stop >= 0, "no STOPPING=1 after SIGTERM");
 	for (;;) {
@@ -373,7 +330,7 @@ START_TEST(watchdog_other_pid)
 	int pings;
 	watchdog_gap(0, n_msgs, &pings);
 	ck_assert_int_eq(pings, 0);
-	kill(dpid, SIGTERM);
+	kill(D.pid, SIGTERM);
 	ck_assert_int_eq(wait_exit(30000), 0);
 	cleanup();
 }
@@ -386,6 +343,30 @@ END_TEST
 #define PR_MDWE_REFUSE_EXEC_GAIN 1
 #endif
 
+struct plain {
+	int *pfd;
+	bool hardened;
+};
+
+/* In the child: no systemd around it; with hardened, the unit's
+ * restrictions; tells the parent through the pipe whether they took. */
+static void plain_env(void *arg)
+{
+	const struct plain *pl = arg;
+	close(pl->pfd[0]);
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+	unsetenv("LISTEN_FDS");
+	char ok = 1;
+	if (pl->hardened && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+			     prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) < 0))
+		ok = 0;
+	ssize_t w = write(pl->pfd[1], &ok, 1);
+	(void)w;
+	if (!ok)
+		_exit(77);
+}
+
 /* Serves one request from a daemon started without systemd; with hardened,
  * under no-new-privileges and memory-deny-write-execute (the kernel's
  * PR_SET_MDWE, what MemoryDenyWriteExecute= enforces), as the unit runs it. */
@@ -394,29 +375,9 @@ static void serve_plain(bool hardened)
 	setup_dir();
 	int pfd[2];
 	ck_assert_int_eq(pipe(pfd), 0);
-	dpid = fork();
-	ck_assert_int_ge(dpid, 0);
-	if (dpid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(pfd[0]);
-		unsetenv("NOTIFY_SOCKET");
-		unsetenv("WATCHDOG_USEC");
-		unsetenv("LISTEN_FDS");
-		char ok = 1;
-		if (hardened && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-				 prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) < 0))
-			ok = 0;
-		ssize_t w = write(pfd[1], &ok, 1);
-		(void)w;
-		if (!ok)
-			_exit(77);
-		const char *argv[] = { daemon_bin, "--model", model, "--socket", sock_path, "--threads", "2",
-				       "--bus", "none", NULL };
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 2);
-		execv(daemon_bin, (char **)argv);
-		_exit(127);
-	}
+	struct plain pl = { pfd, hardened };
+	const char *argv[] = { "--threads", "2", "--bus", "none", NULL };
+	th_spawn(&D, argv, plain_env, &pl);
 	close(pfd[1]);
 	char ok = 0;
 	ck_assert_int_eq(read(pfd[0], &ok, 1), 1);
@@ -428,10 +389,10 @@ static void serve_plain(bool hardened)
 		return;
 	}
 	pagoda_t *pg = NULL;
-	for (uint64_t end = now_us() + 60000000; pagoda_connect(sock_path, &pg) != 0;) {
+	for (uint64_t end = now_us() + 60000000; pagoda_connect(D.sock, &pg) != 0;) {
 		int st;
-		if (waitpid(dpid, &st, WNOHANG) == dpid) {
-			dpid = -1;
+		if (waitpid(D.pid, &st, WNOHANG) == D.pid) {
+			D.pid = -1;
 			show_log();
 			ck_abort_msg("pagodad exited at start");
 		}
@@ -450,7 +411,7 @@ static void serve_plain(bool hardened)
 	ck_assert_int_eq(ev.type, PAGODA_EV_DONE);
 	ck_assert_int_eq(ev.timings.n_gen, 8);
 	pagoda_close(pg);
-	kill(dpid, SIGTERM);
+	kill(D.pid, SIGTERM);
 	ck_assert_int_eq(wait_exit(30000), 0);
 	ck_assert_int_eq(n_msgs, 0);
 	cleanup();
