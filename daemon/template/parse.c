@@ -390,44 +390,33 @@ static struct tpl_node *binary(struct ps *p, struct tpl_node *a, int op, struct 
 	return n;
 }
 
-static struct tpl_node *power(struct ps *p)
+/* Arithmetic operators by precedence, loosest first; a level's operands
+ * are the next level's, the last level's are unary expressions. */
+static const int arith_ops[][4] = {
+	{ '+', '-' },
+	{ '~' },
+	{ '*', '/', '%', TPL_OP2('/', '/') },
+	{ TPL_OP2('*', '*') },
+};
+#define ARITH_LEVELS (int)(sizeof arith_ops / sizeof arith_ops[0])
+
+static bool arith_op_at(struct ps *p, int level)
 {
-	struct tpl_node *n = unary(p, true);
-	while (is_op(p, TPL_OP2('*', '*'))) {
-		p->i++;
-		n = binary(p, n, TPL_OP2('*', '*'), unary(p, true));
-	}
-	return n;
+	for (int k = 0; k < 4 && arith_ops[level][k]; k++)
+		if (is_op(p, arith_ops[level][k]))
+			return true;
+	return false;
 }
 
-static struct tpl_node *math2(struct ps *p)
+static struct tpl_node *arith(struct ps *p, int level)
 {
-	struct tpl_node *n = power(p);
-	while (is_op(p, '*') || is_op(p, '/') || is_op(p, '%') || is_op(p, TPL_OP2('/', '/'))) {
+	if (level == ARITH_LEVELS)
+		return unary(p, true);
+	struct tpl_node *n = arith(p, level + 1);
+	while (arith_op_at(p, level)) {
 		int op = cur(p)->op;
 		p->i++;
-		n = binary(p, n, op, power(p));
-	}
-	return n;
-}
-
-static struct tpl_node *concat(struct ps *p)
-{
-	struct tpl_node *n = math2(p);
-	while (is_op(p, '~')) {
-		p->i++;
-		n = binary(p, n, '~', math2(p));
-	}
-	return n;
-}
-
-static struct tpl_node *math1(struct ps *p)
-{
-	struct tpl_node *n = concat(p);
-	while (is_op(p, '+') || is_op(p, '-')) {
-		int op = cur(p)->op;
-		p->i++;
-		n = binary(p, n, op, concat(p));
+		n = binary(p, n, op, arith(p, level + 1));
 	}
 	return n;
 }
@@ -435,7 +424,7 @@ static struct tpl_node *math1(struct ps *p)
 /* Comparison chains (a < b < c) are and-ed pairwise, as Python. */
 static struct tpl_node *compare(struct ps *p)
 {
-	struct tpl_node *n = math1(p), *prev = n, *result = NULL;
+	struct tpl_node *n = arith(p, 0), *prev = n, *result = NULL;
 	for (;;) {
 		int op;
 		if (cur(p)->type == T_OP && (cur(p)->op == TPL_OP2('=', '=') || cur(p)->op == TPL_OP2('!', '=') ||
@@ -453,7 +442,7 @@ static struct tpl_node *compare(struct ps *p)
 		} else {
 			break;
 		}
-		struct tpl_node *rhs = math1(p);
+		struct tpl_node *rhs = arith(p, 0);
 		struct tpl_node *c = binary(p, prev, op, rhs);
 		if (result) {
 			struct tpl_node *a = node(p, N_AND);
@@ -481,31 +470,23 @@ static struct tpl_node *not_expr(struct ps *p)
 	return compare(p);
 }
 
-static struct tpl_node *and_expr(struct ps *p)
+/* a and b, a or b: left-associative chains of one word. */
+static struct tpl_node *logic(struct ps *p, const char *word, enum tpl_ntype type,
+			      struct tpl_node *(*operand)(struct ps *))
 {
-	struct tpl_node *n = not_expr(p);
-	while (is_name(p, "and")) {
-		struct tpl_node *a = node(p, N_AND);
+	struct tpl_node *n = operand(p);
+	while (is_name(p, word)) {
+		struct tpl_node *a = node(p, type);
 		p->i++;
 		a->a = n;
-		a->b = not_expr(p);
+		a->b = operand(p);
 		n = a;
 	}
 	return n;
 }
 
-static struct tpl_node *or_expr(struct ps *p)
-{
-	struct tpl_node *n = and_expr(p);
-	while (is_name(p, "or")) {
-		struct tpl_node *a = node(p, N_OR);
-		p->i++;
-		a->a = n;
-		a->b = and_expr(p);
-		n = a;
-	}
-	return n;
-}
+static struct tpl_node *and_expr(struct ps *p) { return logic(p, "and", N_AND, not_expr); }
+static struct tpl_node *or_expr(struct ps *p) { return logic(p, "or", N_OR, and_expr); }
 
 static struct tpl_node *expr(struct ps *p)
 {
