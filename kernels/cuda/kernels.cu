@@ -86,6 +86,19 @@ void pgcu_embed(cudaStream_t st, uint32_t type, const void *W, size_t row_bytes,
  * stretch of the row; the m activation rows stay in L1/L2. */
 #define GEMV_WARPS 4
 
+/* Each lane's partial sums to row r of Y, for the m activation rows. */
+__device__ __forceinline__ void gemv_finish(const float *acc, int m, int lane, int64_t r, float *Y, int64_t ldy)
+{
+#pragma unroll
+	for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
+		if (j >= m)
+			break;
+		const float s = pgcu_warp_sum(acc[j]);
+		if (lane == 0)
+			Y[(size_t)j * ldy + r] = s;
+	}
+}
+
 template <int T>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 	gemv(const uint8_t *W, size_t row_bytes, int64_t n, int64_t k, const float *X, int m, float *Y, int64_t ldy)
@@ -120,14 +133,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 			acc[j] += s;
 		}
 	}
-#pragma unroll
-	for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
-		if (j >= m)
-			break;
-		const float s = pgcu_warp_sum(acc[j]);
-		if (lane == 0)
-			Y[(size_t)j * ldy + r] = s;
-	}
+	gemv_finish(acc, m, lane, r, Y, ldy);
 }
 
 /* Q8_0 and Q4_0, the types decode streams most: lanes share a block so
@@ -135,69 +141,48 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
  * strides 34 or 18 bytes, which costs L1 wavefronts, not DRAM bytes).
  * Q8_0: 8 lanes a block, 4 quants each; Q4_0: 4 lanes a block, 4 bytes
  * (8 quants) each. Quants are read as 16-bit words: blocks are only 2-byte
- * aligned. */
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-	gemv_q8_0(const uint8_t *W, size_t row_bytes, int64_t n, int64_t k, const float *X, int m, float *Y, int64_t ldy)
-{
-	const int lane = threadIdx.x & 31, q = lane & 7;
-	const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-	if (r >= n)
-		return;
-	const block_q8_0 *row = (const block_q8_0 *)(W + (size_t)r * row_bytes);
-	float acc[PGCU_GEMV_MAX_M];
-#pragma unroll
-	for (int j = 0; j < PGCU_GEMV_MAX_M; j++)
-		acc[j] = 0.0f;
-	const int nb = (int)(k / 32);
-	for (int ib = lane >> 3; ib < nb; ib += 4) {
-#pragma unroll
-		for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
-			if (j >= m)
-				break;
-			const float4 x = *(const float4 *)(X + (size_t)j * k + (size_t)ib * 32 + 4 * q);
-			acc[j] += pgcu_q8_0_part(row + ib, q, x);
-		}
+ * aligned. x is the block's 32 activations. */
+struct gemv_q8_0_part {
+	static constexpr int lanes = 8;
+	__device__ static float dot(const uint8_t *row, int ib, int q, const float *x)
+	{
+		return pgcu_q8_0_part((const block_q8_0 *)row + ib, q, *(const float4 *)(x + 4 * q));
 	}
-#pragma unroll
-	for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
-		if (j >= m)
-			break;
-		const float s = pgcu_warp_sum(acc[j]);
-		if (lane == 0)
-			Y[(size_t)j * ldy + r] = s;
-	}
-}
+};
 
+struct gemv_q4_0_part {
+	static constexpr int lanes = 4;
+	__device__ static float dot(const uint8_t *row, int ib, int q, const float *x)
+	{
+		return pgcu_q4_0_part((const block_q4_0 *)row + ib, q, *(const float4 *)(x + 4 * q),
+				      *(const float4 *)(x + 4 * q + 16));
+	}
+};
+
+template <class P>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-	gemv_q4_0(const uint8_t *W, size_t row_bytes, int64_t n, int64_t k, const float *X, int m, float *Y, int64_t ldy)
+	gemv_shared(const uint8_t *W, size_t row_bytes, int64_t n, int64_t k, const float *X, int m, float *Y,
+		    int64_t ldy)
 {
-	const int lane = threadIdx.x & 31, q = lane & 3;
+	const int lane = threadIdx.x & 31, q = lane % P::lanes;
 	const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
 	if (r >= n)
 		return;
-	const block_q4_0 *row = (const block_q4_0 *)(W + (size_t)r * row_bytes);
+	const uint8_t *row = W + (size_t)r * row_bytes;
 	float acc[PGCU_GEMV_MAX_M];
 #pragma unroll
 	for (int j = 0; j < PGCU_GEMV_MAX_M; j++)
 		acc[j] = 0.0f;
 	const int nb = (int)(k / 32);
-	for (int ib = lane >> 2; ib < nb; ib += 8) {
+	for (int ib = lane / P::lanes; ib < nb; ib += 32 / P::lanes) {
 #pragma unroll
 		for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
 			if (j >= m)
 				break;
-			const float *xr = X + (size_t)j * k + (size_t)ib * 32 + 4 * q;
-			acc[j] += pgcu_q4_0_part(row + ib, q, *(const float4 *)xr, *(const float4 *)(xr + 16));
+			acc[j] += P::dot(row, ib, q, X + (size_t)j * k + (size_t)ib * 32);
 		}
 	}
-#pragma unroll
-	for (int j = 0; j < PGCU_GEMV_MAX_M; j++) {
-		if (j >= m)
-			break;
-		const float s = pgcu_warp_sum(acc[j]);
-		if (lane == 0)
-			Y[(size_t)j * ldy + r] = s;
-	}
+	gemv_finish(acc, m, lane, r, Y, ldy);
 }
 
 void pgcu_gemv(cudaStream_t st, uint32_t type, const void *W, size_t row_bytes, int64_t n, int64_t k,
@@ -205,11 +190,11 @@ void pgcu_gemv(cudaStream_t st, uint32_t type, const void *W, size_t row_bytes, 
 {
 	const unsigned grid = (unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS);
 	if (type == PG_TYPE_Q8_0) {
-		gemv_q8_0<<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)W, row_bytes, n, k, X, (int)m, Y, ldy);
+		gemv_shared<gemv_q8_0_part><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)W, row_bytes, n, k, X, (int)m, Y, ldy);
 		return;
 	}
 	if (type == PG_TYPE_Q4_0) {
-		gemv_q4_0<<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)W, row_bytes, n, k, X, (int)m, Y, ldy);
+		gemv_shared<gemv_q4_0_part><<<grid, GEMV_WARPS * 32, 0, st>>>((const uint8_t *)W, row_bytes, n, k, X, (int)m, Y, ldy);
 		return;
 	}
 	switch (type) {
