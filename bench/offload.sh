@@ -13,18 +13,20 @@
 # Environment: OFFLOAD_DIR (a folder on the disk to measure; default
 # build/bench/offload), BENCH_THREADS (2), OFFLOAD_SIZES ("512 2000 8000"),
 # OFFLOAD_ROUNDS (3), OFFLOAD_BLOCKS (blocks for tier_read, 500).
+# The read throughput alone: OFFLOAD_SIZES= sh bench/offload.sh
+# (or build/bench/bin/tier_read DIR [N_BLOCKS [ROUNDS]]).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${PAGODA_BUILD:-$(pwd)/build}
 T=${BENCH_THREADS:-2}
-SIZES=${OFFLOAD_SIZES:-512 2000 8000}
+SIZES=${OFFLOAD_SIZES-512 2000 8000}
 ROUNDS=${OFFLOAD_ROUNDS:-3}
 W=$B/bench
 DIR=${OFFLOAD_DIR:-$W/offload}
 mkdir -p "$W" "$B/models" "$DIR"
 M=$B/models/tinyllama-q8-8k.gguf
 say() { echo "$*"; }
-[ -s "$M" ] || "$B/pagoda-mkmodel" --preset tinyllama-1.1b --ctx 8448 -o "$M" -q || exit 1
+[ -z "$SIZES" ] || [ -s "$M" ] || "$B/pagoda-mkmodel" --preset tinyllama-1.1b --ctx 8448 -o "$M" -q || exit 1
 say "## NVMe tier (bench/offload.sh): $T threads, $ROUNDS rounds, tier in $DIR ($(df -hT "$DIR" | awk 'NR==2 {print $2, $1}')), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 ttft_of() { sed -n 's/.*TTFT \([0-9.]*\) ms.*/\1/p' "$1" | tail -1; }
@@ -64,14 +66,17 @@ PY
 done
 
 say "## tier restore throughput (bench/tier_read.c, ${OFFLOAD_BLOCKS:-500} blocks of 352 KiB)"
-if cc -O2 -I. -D_GNU_SOURCE -o "$W/tier_read" bench/tier_read.c "$B/libpagoda-engine.a" \
-	$(pkg-config --libs liburing libxxhash libpcre2-8) -lm -pthread -ldl; then
+TR=$B/bench/bin/tier_read
+if [ ! -x "$TR" ]; then
+	TR=$W/tier_read
+	cc -O2 -I. -D_GNU_SOURCE -o "$TR" bench/tier_read.c "$B/libpagoda-engine.a" \
+		$(pkg-config --libs liburing libxxhash libpcre2-8) -lm -pthread -ldl || TR=
+fi
+if [ -n "$TR" ]; then
 	rm -rf "$DIR/read"
 	mkdir -p "$DIR/read"
-	"$W/tier_read" "$DIR/read" "${OFFLOAD_BLOCKS:-500}" $((ROUNDS + 1)) | tail -n "$ROUNDS" | tee "$W/tier_read.jsonl"
-	for k in tier_gbs pread_restore_gbs direct_read_gbs tier_over_direct tier_over_pread; do
-		say "$k: median $(sed -n "s/.*\"$k\":\([0-9.]*\).*/\1/p" "$W/tier_read.jsonl" | median)"
-	done
+	# one line per round, then one per figure (medians, the warm-up round left out)
+	"$TR" "$DIR/read" "${OFFLOAD_BLOCKS:-500}" $((ROUNDS + 1))
 	rm -rf "$DIR/read"
 fi
 rm -rf "$DIR/tier"

@@ -797,6 +797,8 @@ static void update_stats(struct engine *e, const struct plan *p)
 			.swap_out_blocks = e->swap_out_blocks,
 			.err_crc = ts.err_crc, .err_short = ts.err_short, .err_io = ts.err_io,
 			.err_nospc = ts.err_nospc, .err_header = ts.err_header,
+			.zero_copy_out = ts.zero_copy_out, .pool_unregistered = ts.pool_unregistered,
+			.drops = ts.drops, .pool_bufs = ts.pool_bufs, .ring_cqes = ts.ring_cqes,
 		};
 		for (int i = 0; i < KV_TIER_LAT_BUCKETS && i < 16; i++)
 			o->read_lat_us[i] = ts.read_lat[i];
@@ -842,8 +844,11 @@ int engine_step(struct engine *e)
 	bool drop = e->drop_cache;
 	e->drop_cache = false;
 	pthread_mutex_unlock(&e->lock);
-	if (drop)
+	if (drop) {
+		if (e->tier)
+			kv_tier_drop(e->tier, &e->kv);
 		kv_drop_cache(&e->kv);
+	}
 	if (e->tier) {
 		kv_tier_reap(e->tier, &e->kv, 0);
 		restore_done(e);
@@ -851,8 +856,13 @@ int engine_step(struct engine *e)
 	apply_cancels(e);
 	struct plan p;
 	schedule(e, &p);
-	if (e->tier)
+	if (e->tier) {
+		/* blocks a step may take: a chunk's worth and one per sequence */
+		int n = kv_tier_clean(e->tier, &e->kv, kv_blocks_needed(&e->kv, e->max_batch) + e->max_seqs);
+		if (n > 0)
+			PROBE_SWAP_OUT((uint64_t)0, (uint64_t)0, n, (uint64_t)n * kv_pool_block_bytes(&e->kv));
 		kv_tier_submit(e->tier); /* the disk works while the batch computes */
+	}
 	if (p.n_tok > 0) {
 		/* the step's clock readings are for its probe alone */
 		bool probe = PROBE_STEP_ENABLED();

@@ -155,6 +155,11 @@ struct engine_stats {
 		uint64_t swap_out_blocks; /* written for preempted sequences */
 		uint64_t err_crc, err_short, err_io, err_nospc, err_header;
 		uint64_t read_lat_us[16]; /* bucket i: [2^i, 2^(i+1)) us */
+		uint64_t zero_copy_out;     /* blocks written straight from the pool */
+		uint64_t pool_unregistered; /* 1: the kernel refused to register the pool */
+		uint64_t drops;             /* DropPrefixCache reaching the tier */
+		bool pool_bufs;             /* the pool is registered with the ring */
+		uint64_t ring_cqes;         /* io_uring completions the tier reaped */
 	} offload;
 	/* latency over the last ENGINE_LAT_WINDOW requests / tokens, in ns */
 	uint64_t ttft_p50, ttft_p99, itl_p50, itl_p99;

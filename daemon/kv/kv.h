@@ -114,6 +114,10 @@ size_t kv_pool_block_bytes(const struct kv_pool *p);
  * up to *n iovecs; *n becomes the number used. -ENOBUFS when *n is short,
  * -EOPNOTSUPP when the bytes are not in host memory. */
 int kv_block_span(const struct kv_pool *p, int32_t b, struct iovec *iov, int *n);
+/* The host memory holding every block's bytes, as regions of at most
+ * max_len bytes, none splitting a block's span: for registering it with
+ * the kernel. Returns the count, -ENOBUFS past max, -EOPNOTSUPP as above. */
+int kv_pool_regions(const struct kv_pool *p, size_t max_len, struct iovec *iov, int max);
 /* Through a staging buffer of kv_pool_block_bytes bytes (the backend's
  * kv_copy_out / kv_copy_in: the block's host image). */
 int kv_block_copy_out(const struct kv_pool *p, int32_t b, void *buf);
@@ -127,6 +131,18 @@ int32_t kv_block_take(struct kv_pool *p);
 bool kv_block_publish(struct kv_pool *p, int32_t b, struct kv_hash h);
 /* Drops a reference: a hashed block stays cached, others are freed. */
 void kv_block_put(struct kv_pool *p, int32_t b);
+/* A reference on block b while its bytes are written below; a cached
+ * block leaves the LRU meanwhile, so that it is not reused. */
+void kv_block_hold(struct kv_pool *p, int32_t b);
+/* As kv_block_put, but a block that becomes cached is first in line for
+ * eviction: it was held from there, and the level below has it now. */
+void kv_block_put_first(struct kv_pool *p, int32_t b);
+/* A held block leaves the hash table (the cache was dropped meanwhile):
+ * its last put frees it. */
+void kv_block_unpublish(struct kv_pool *p, int32_t b);
+/* Cached blocks in eviction order: the one after b (b < 0: the first);
+ * -1 past the last. */
+int32_t kv_cached_next(const struct kv_pool *p, int32_t b);
 bool kv_pool_has(const struct kv_pool *p, struct kv_hash h);
 /* The chained hashes of the full blocks of tokens[0, n) past the s->n_blocks
  * blocks s holds (all published), leaving one token to compute: at most max

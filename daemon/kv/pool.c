@@ -110,6 +110,20 @@ static void lru_unlink(struct kv_pool *p, int32_t b)
 	p->n_cached--;
 }
 
+/* First in line for eviction. */
+static void lru_push_head(struct kv_pool *p, int32_t b)
+{
+	struct kv_block_meta *m = &p->meta[b];
+	m->lru_prev = -1;
+	m->lru_next = p->lru_head;
+	if (p->lru_head >= 0)
+		p->meta[p->lru_head].lru_prev = b;
+	else
+		p->lru_tail = b;
+	p->lru_head = b;
+	p->n_cached++;
+}
+
 static void lru_push(struct kv_pool *p, int32_t b)
 {
 	struct kv_block_meta *m = &p->meta[b];
@@ -338,6 +352,27 @@ int kv_block_span(const struct kv_pool *p, int32_t b, struct iovec *iov, int *n)
 	return 0;
 }
 
+int kv_pool_regions(const struct kv_pool *p, size_t max_len, struct iovec *iov, int max)
+{
+	if (!p->k || !p->v)
+		return -EOPNOTSUPP;
+	size_t span = p->block_stride * sizeof(pg_f16);
+	int64_t per = span && max_len >= span ? (int64_t)(max_len / span) : 0;
+	if (!per)
+		return -EINVAL;
+	int n = 0;
+	for (int half = 0; half < 2; half++) {
+		char *base = (char *)(half ? p->v : p->k);
+		for (int64_t b = 0; b < p->n_blocks; b += per) {
+			if (n == max)
+				return -ENOBUFS;
+			int64_t k = p->n_blocks - b < per ? p->n_blocks - b : per;
+			iov[n++] = (struct iovec){ base + (size_t)b * span, (size_t)k * span };
+		}
+	}
+	return n;
+}
+
 int kv_block_copy_out(const struct kv_pool *p, int32_t b, void *buf)
 {
 	return pg_backend_kv_copy_out(p->be, b, buf);
@@ -374,6 +409,33 @@ void kv_block_put(struct kv_pool *p, int32_t b)
 		lru_push(p, b);
 	else
 		p->free_list[p->n_free++] = b;
+}
+
+void kv_block_hold(struct kv_pool *p, int32_t b)
+{
+	if (p->meta[b].refcnt++ == 0 && p->meta[b].hashed)
+		lru_unlink(p, b);
+}
+
+void kv_block_put_first(struct kv_pool *p, int32_t b)
+{
+	if (--p->meta[b].refcnt > 0)
+		return;
+	if (p->meta[b].hashed)
+		lru_push_head(p, b);
+	else
+		p->free_list[p->n_free++] = b;
+}
+
+void kv_block_unpublish(struct kv_pool *p, int32_t b)
+{
+	if (p->meta[b].hashed)
+		table_remove(p, b);
+}
+
+int32_t kv_cached_next(const struct kv_pool *p, int32_t b)
+{
+	return b < 0 ? p->lru_head : p->meta[b].lru_next;
 }
 
 bool kv_pool_has(const struct kv_pool *p, struct kv_hash h)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -20,14 +21,17 @@
 #define SLOT_HDR ((unsigned)KV_TIER_SLOT_HDR)
 #define SLOT_MAGIC 0x564b4750u /* "PGKV" */
 #define FILE_MAGIC "PAGODAKV"
-#define FORMAT_VERSION 2u
+#define FORMAT_VERSION 3u
 #define STAGING_BYTES (32u << 20)
+#define REG_MAX (1u << 30)  /* the kernel's limit on one registered buffer */
+#define MAX_REGIONS 1024    /* of the pool, registered: 1 TiB of KV */
 
 struct file_hdr {
 	char magic[8];
 	uint32_t version, hdr_crc;
 	uint64_t fingerprint, slot_bytes, n_slots, block_bytes;
-	uint32_t block_size, pad;
+	uint32_t block_size;
+	uint32_t epoch; /* slots of another epoch were dropped (DropPrefixCache) */
 };
 
 struct slot_hdr {
@@ -35,7 +39,7 @@ struct slot_hdr {
 	uint64_t fingerprint;
 	uint64_t hash_lo, hash_hi;
 	uint64_t seqno; /* write order: the LRU order a restart rebuilds */
-	uint32_t n_tokens, data_bytes, data_crc, pad;
+	uint32_t n_tokens, data_bytes, data_crc, epoch;
 };
 _Static_assert(sizeof(struct slot_hdr) <= SLOT_HDR, "slot header too big");
 
@@ -49,17 +53,21 @@ struct slot {
 	uint8_t state;
 };
 
-enum op_kind { OP_NONE, OP_READ, OP_WRITE };
+enum op_kind { OP_NONE, OP_READ, OP_WRITE, OP_META };
 enum fault_kind { F_NONE, F_EIO, F_ENOSPC, F_SHORT, F_CORRUPT };
 
 #define MAX_SPANS 4
 
 struct op {
 	uint8_t kind, fault;
+	bool held;  /* a write straight from the pool: the block is held */
+	bool stale; /* the tier was dropped while it ran */
 	int32_t slot, block;
 	uint64_t t0;
 	unsigned len;                     /* bytes the I/O should move */
-	int n_iov;                        /* a read straight into the pool: */
+	int parts;                        /* completions still to come */
+	int res;                          /* bytes moved so far, or the first error */
+	int n_iov;                        /* an I/O straight to or from the pool: */
 	struct iovec iov[1 + MAX_SPANS];  /* header page, then the block's spans */
 };
 
@@ -88,6 +96,13 @@ struct kv_tier {
 	int64_t n_free;
 	int32_t lru_head, lru_tail;
 	uint64_t seqno;
+	uint32_t epoch;
+	bool hdr_dirty;      /* the file header's new epoch is still to be written */
+	bool warm;           /* the file's slots are kept: scan them */
+	/* the pool's memory, registered after the staging buffers (st.pool_bufs) */
+	struct iovec *regions;
+	int n_regions;
+	int n_cleaning;      /* writes straight from the pool in flight */
 	/* staging buffers, one per I/O in flight */
 	uint8_t *staging;
 	int n_staging;
@@ -258,30 +273,73 @@ static uint8_t fault_for(const struct kv_tier *t, uint8_t op, uint64_t nth)
 
 /* ---- I/O ---------------------------------------------------------------------- */
 
+/* The registered buffer that holds [base, base + len): a region of the
+ * pool (after the staging buffers), or -1. */
+static int region_of(const struct kv_tier *t, const void *base, size_t len)
+{
+	uintptr_t a = (uintptr_t)base;
+	for (int r = 0; r < t->n_regions; r++) {
+		uintptr_t lo = (uintptr_t)t->regions[r].iov_base;
+		if (a >= lo && a + len <= lo + t->regions[r].iov_len)
+			return t->n_staging + r;
+	}
+	return -1;
+}
+
+static void sqe_fixed(struct kv_tier *t, int i, bool rd, void *buf, unsigned len, off_t off, int idx)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+	/* The queue has 1 + MAX_SPANS entries per staging buffer: never NULL. */
+	if (idx >= 0 && rd)
+		io_uring_prep_read_fixed(sqe, 0, buf, len, off, idx);
+	else if (idx >= 0)
+		io_uring_prep_write_fixed(sqe, 0, buf, len, off, idx);
+	else if (rd)
+		io_uring_prep_read(sqe, 0, buf, len, off);
+	else
+		io_uring_prep_write(sqe, 0, buf, len, off);
+	sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data64(sqe, (uint64_t)i);
+	t->ops[i].parts++;
+	t->unsubmitted++;
+}
+
 static void prep(struct kv_tier *t, int i)
 {
 	struct op *o = &t->ops[i];
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
-	/* The submission queue has an entry per staging buffer: never NULL. */
-	unsigned len = o->fault == F_SHORT ? (unsigned)t->slot_bytes / 2 : (unsigned)t->slot_bytes;
-	if (o->n_iov) {
-		/* a short fault reads the header page alone */
-		io_uring_prep_readv(sqe, 0, o->iov, o->fault == F_SHORT ? 1 : (unsigned)o->n_iov, slot_off(t, o->slot));
-	} else if (t->st.fixed_bufs) {
-		if (o->kind == OP_READ)
-			io_uring_prep_read_fixed(sqe, 0, stage(t, i), len, slot_off(t, o->slot), i);
-		else
-			io_uring_prep_write_fixed(sqe, 0, stage(t, i), len, slot_off(t, o->slot), i);
-	} else {
-		if (o->kind == OP_READ)
-			io_uring_prep_read(sqe, 0, stage(t, i), len, slot_off(t, o->slot));
-		else
-			io_uring_prep_write(sqe, 0, stage(t, i), len, slot_off(t, o->slot));
-	}
-	sqe->flags |= IOSQE_FIXED_FILE;
-	io_uring_sqe_set_data64(sqe, (uint64_t)i);
+	bool rd = o->kind == OP_READ;
+	int stage_idx = t->st.fixed_bufs ? i : -1;
+	off_t off = o->kind == OP_META ? 0 : slot_off(t, o->slot);
+	o->parts = 0;
+	o->res = 0;
 	o->t0 = now_ns();
-	t->unsubmitted++;
+	if (o->kind == OP_META) {
+		sqe_fixed(t, i, false, stage(t, i), PAGE, 0, stage_idx);
+	} else if (o->n_iov) {
+		/* the header page, then the block's spans where they lie; a
+		 * short fault moves the header page alone */
+		int n = o->fault == F_SHORT ? 1 : o->n_iov;
+		if (t->st.pool_bufs) {
+			for (int k = 0; k < n; k++) {
+				int idx = k ? region_of(t, o->iov[k].iov_base, o->iov[k].iov_len) : stage_idx;
+				sqe_fixed(t, i, rd, o->iov[k].iov_base, (unsigned)o->iov[k].iov_len, off, idx);
+				off += (off_t)o->iov[k].iov_len;
+			}
+		} else {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+			if (rd)
+				io_uring_prep_readv(sqe, 0, o->iov, (unsigned)n, off);
+			else
+				io_uring_prep_writev(sqe, 0, o->iov, (unsigned)n, off);
+			sqe->flags |= IOSQE_FIXED_FILE;
+			io_uring_sqe_set_data64(sqe, (uint64_t)i);
+			o->parts++;
+			t->unsubmitted++;
+		}
+	} else {
+		unsigned len = o->fault == F_SHORT ? (unsigned)t->slot_bytes / 2 : (unsigned)t->slot_bytes;
+		sqe_fixed(t, i, rd, stage(t, i), len, off, stage_idx);
+	}
 }
 
 static int op_get(struct kv_tier *t)
@@ -295,9 +353,9 @@ static void op_put(struct kv_tier *t, int i)
 	t->free_ops[t->n_free_ops++] = i;
 }
 
-/* O_DIRECT reads can land in the pool itself when the block's spans are
- * page-aligned: the header page goes to the staging buffer, the bytes to
- * the block, and no copy follows. Else through the staging buffer. */
+/* With O_DIRECT, a block whose spans are page-aligned goes to and from the
+ * disk where it lies in the pool: the slot's header page through a
+ * staging buffer, the bytes straight from or into the block. */
 static int direct_spans(const struct kv_tier *t, const struct kv_pool *p, int32_t block, struct iovec *iov)
 {
 	int n = MAX_SPANS;
@@ -337,7 +395,7 @@ static void disable(struct kv_tier *t, const char *why)
 }
 
 static void hdr_fill(const struct kv_tier *t, struct slot_hdr *h, struct kv_hash hash, uint64_t seqno,
-		     const void *data)
+		     const struct iovec *data, int n_data)
 {
 	memset(h, 0, sizeof *h);
 	h->magic = SLOT_MAGIC;
@@ -347,17 +405,19 @@ static void hdr_fill(const struct kv_tier *t, struct slot_hdr *h, struct kv_hash
 	h->seqno = seqno;
 	h->n_tokens = (uint32_t)t->block_size;
 	h->data_bytes = (uint32_t)t->block_bytes;
-	h->data_crc = crc32c(0, data, t->block_bytes);
+	h->epoch = t->epoch;
+	for (int k = 0; k < n_data; k++)
+		h->data_crc = crc32c(h->data_crc, data[k].iov_base, data[k].iov_len);
 	h->hdr_crc = crc32c(0, h, sizeof *h);
 }
 
-/* Header checks that need no data: magic, own CRC, model, shape. */
+/* Header checks that need no data: magic, own CRC, model, shape, epoch. */
 static bool hdr_ok(const struct kv_tier *t, const struct slot_hdr *h)
 {
 	struct slot_hdr c = *h;
 	c.hdr_crc = 0;
 	return h->magic == SLOT_MAGIC && crc32c(0, &c, sizeof c) == h->hdr_crc && h->fingerprint == t->fingerprint &&
-	       h->n_tokens == (uint32_t)t->block_size && h->data_bytes == t->block_bytes;
+	       h->n_tokens == (uint32_t)t->block_size && h->data_bytes == t->block_bytes && h->epoch == t->epoch;
 }
 
 static void lat_add(struct kv_tier *t, uint64_t ns)
@@ -371,8 +431,34 @@ static void lat_add(struct kv_tier *t, uint64_t ns)
 	t->st.read_lat[b]++;
 }
 
+/* A slot whose I/O is over goes back to the free list: it was dropped
+ * from the index already (a drop of the tier) or is dropped now. */
+static void slot_release(struct kv_tier *t, int32_t s, bool indexed)
+{
+	if (indexed) {
+		t->slots[s].state = S_VALID; /* for slot_drop's bookkeeping */
+		lru_push(t, s);
+		slot_drop(t, s);
+		return;
+	}
+	t->slots[s].state = S_FREE;
+	t->free_slots[t->n_free++] = s;
+	t->st.slots_used--;
+}
+
+static void slot_valid(struct kv_tier *t, int32_t s)
+{
+	t->slots[s].state = S_VALID;
+	lru_push(t, s);
+}
+
 static void read_done(struct kv_tier *t, struct kv_pool *p, struct op *o, uint8_t *buf, int res)
 {
+	if (o->stale) {
+		slot_release(t, o->slot, false);
+		kv_block_put(p, o->block);
+		return;
+	}
 	struct slot_hdr h;
 	memcpy(&h, buf, sizeof h);
 	/* the block's bytes: in the pool (zero-copy) or after the header */
@@ -407,36 +493,41 @@ static void read_done(struct kv_tier *t, struct kv_pool *p, struct op *o, uint8_
 	}
 	if (good) {
 		kv_block_publish(p, o->block, t->slots[o->slot].hash);
-		t->slots[o->slot].state = S_VALID;
-		lru_push(t, o->slot);
+		slot_valid(t, o->slot);
 		t->st.blocks_in++;
 		t->st.bytes_in += t->block_bytes;
 		lat_add(t, now_ns() - o->t0);
 	} else {
-		t->slots[o->slot].state = S_VALID; /* for slot_drop's bookkeeping */
-		lru_push(t, o->slot);
-		slot_drop(t, o->slot);
+		slot_release(t, o->slot, true);
 	}
 	kv_block_put(p, o->block);
 }
 
-static void write_done(struct kv_tier *t, struct op *o, int res)
+static void write_done(struct kv_tier *t, struct kv_pool *p, struct op *o, int res)
 {
+	if (o->held) {
+		t->n_cleaning--;
+		/* a block the cache dropped meanwhile is freed, not cached again */
+		if (o->stale && p->meta[o->block].refcnt == 1)
+			kv_block_unpublish(p, o->block);
+		kv_block_put_first(p, o->block);
+	}
+	if (o->stale) {
+		slot_release(t, o->slot, false);
+		return;
+	}
 	if (o->fault == F_EIO)
 		res = -EIO;
 	else if (o->fault == F_ENOSPC)
 		res = -ENOSPC;
-	struct slot *s = &t->slots[o->slot];
-	if (res >= 0 && (size_t)res == t->slot_bytes) {
-		s->state = S_VALID;
-		lru_push(t, o->slot);
+	if (res >= 0 && (unsigned)res == o->len) {
+		slot_valid(t, o->slot);
 		t->st.blocks_out++;
 		t->st.bytes_out += t->block_bytes;
+		t->st.zero_copy_out += o->held;
 		return;
 	}
-	s->state = S_VALID;
-	lru_push(t, o->slot);
-	slot_drop(t, o->slot);
+	slot_release(t, o->slot, true);
 	if (res == -ENOSPC || res == -EDQUOT) {
 		t->st.err_nospc++;
 		disable(t, "no space left");
@@ -448,13 +539,50 @@ static void write_done(struct kv_tier *t, struct op *o, int res)
 	}
 }
 
+static void meta_done(struct kv_tier *t, int res)
+{
+	if (res == (int)PAGE)
+		return;
+	t->st.err_io++;
+	disable(t, res < 0 ? strerror(-res) : "a short write of the file header");
+}
+
+/* The file header's page, as it is now (epoch included). */
+static void file_hdr_fill(const struct kv_tier *t, uint8_t *page)
+{
+	struct file_hdr h;
+	memset(&h, 0, sizeof h);
+	memcpy(h.magic, FILE_MAGIC, 8);
+	h.version = FORMAT_VERSION;
+	h.fingerprint = t->fingerprint;
+	h.slot_bytes = t->slot_bytes;
+	h.n_slots = (uint64_t)t->n_slots;
+	h.block_bytes = t->block_bytes;
+	h.block_size = (uint32_t)t->block_size;
+	h.epoch = t->epoch;
+	h.hdr_crc = crc32c(0, &h, sizeof h);
+	memset(page, 0, PAGE);
+	memcpy(page, &h, sizeof h);
+}
+
+/* Queues the file header's write once a staging buffer is free. */
+static void meta_flush(struct kv_tier *t)
+{
+	int i;
+	if (!t->hdr_dirty || t->off || (i = op_get(t)) < 0)
+		return;
+	t->hdr_dirty = false;
+	file_hdr_fill(t, stage(t, i));
+	t->ops[i] = (struct op){ .kind = OP_META, .slot = -1, .block = -1, .len = PAGE };
+	prep(t, i);
+}
+
 static void drain_backlog(struct kv_tier *t, struct kv_pool *p)
 {
 	while (t->bl_len) {
 		struct backlog b = t->backlog[t->bl_head];
 		if (t->off) {
-			t->slots[b.slot].state = S_VALID;
-			lru_push(t, b.slot);
+			slot_valid(t, b.slot);
 			kv_block_put(p, b.block);
 		} else {
 			int i = op_get(t);
@@ -467,9 +595,12 @@ static void drain_backlog(struct kv_tier *t, struct kv_pool *p)
 	}
 }
 
-/* ---- the door ------------------------------------------------------------------ */
-
-int kv_tier_save(struct kv_tier *t, struct kv_pool *p, int32_t b)
+/* A write of block b: straight from the pool when direct allows it (the
+ * block is held until the write completes, so it cannot be reused),
+ * else copied into a staging buffer (the pool may reuse it at once).
+ * 0 queued, 1 the tier has it, -EBUSY every staging buffer or slot is in
+ * flight, -EIO the tier is off or the bytes could not be had. */
+static int write_block(struct kv_tier *t, struct kv_pool *p, int32_t b, bool direct)
 {
 	if (t->off)
 		return -EIO;
@@ -482,37 +613,121 @@ int kv_tier_save(struct kv_tier *t, struct kv_pool *p, int32_t b)
 		}
 		return 1;
 	}
-	/* Every staging buffer or every slot in flight: evictions outran the
-	 * disk. Waiting for a completion beats losing the block. */
-	if ((!t->n_free_ops || (!t->n_free && t->lru_head < 0)) && t->n_free_ops < t->n_staging)
-		kv_tier_reap(t, p, 1000);
 	int i = op_get(t);
-	if (i < 0 || (s = slot_take(t)) < 0) {
-		if (i >= 0)
-			op_put(t, i);
-		t->st.dropped_writes++;
-		return t->off ? -EIO : -ENOSPC;
-	}
-	uint8_t *buf = stage(t, i);
-	if (kv_block_copy_out(p, b, buf + SLOT_HDR) < 0) {
+	if (i < 0)
+		return -EBUSY;
+	if ((s = slot_take(t)) < 0) {
 		op_put(t, i);
-		t->free_slots[t->n_free++] = s;
-		t->st.slots_used--;
-		t->st.dropped_writes++;
+		return -EBUSY;
+	}
+	struct op *o = &t->ops[i];
+	*o = (struct op){ .kind = OP_WRITE, .slot = s, .block = -1, .len = (unsigned)t->slot_bytes };
+	uint8_t *buf = stage(t, i);
+	int n = direct ? direct_spans(t, p, b, o->iov + 1) : 0;
+	if (!n && kv_block_copy_out(p, b, buf + SLOT_HDR) < 0) {
+		op_put(t, i);
+		slot_release(t, s, false);
 		return -EIO;
 	}
+	struct iovec staged = { buf + SLOT_HDR, t->block_bytes };
 	struct slot_hdr hdr;
-	hdr_fill(t, &hdr, h, ++t->seqno, buf + SLOT_HDR);
+	hdr_fill(t, &hdr, h, ++t->seqno, n ? o->iov + 1 : &staged, n ? n : 1);
+	o->fault = fault_for(t, OP_WRITE, ++t->n_writes);
+	if (n) {
+		/* the pool's bytes are live: a corrupt fault spoils the
+		 * checksum instead, which a read catches all the same */
+		if (o->fault == F_CORRUPT) {
+			hdr.data_crc ^= 0x40;
+			hdr.hdr_crc = 0;
+			hdr.hdr_crc = crc32c(0, &hdr, sizeof hdr);
+		}
+		memset(buf, 0, SLOT_HDR);
+		o->iov[0] = (struct iovec){ buf, SLOT_HDR };
+		o->n_iov = 1 + n;
+		o->len = (unsigned)(SLOT_HDR + t->block_bytes);
+		o->held = true;
+		o->block = b;
+		kv_block_hold(p, b);
+		t->n_cleaning++;
+	} else if (o->fault == F_CORRUPT) {
+		buf[SLOT_HDR + t->n_writes % t->block_bytes] ^= 0x40;
+	}
 	memcpy(buf, &hdr, sizeof hdr);
 	t->slots[s] = (struct slot){ .hash = h, .seqno = t->seqno, .next = -1, .lru_prev = -1, .lru_next = -1,
 				     .state = S_WRITING };
 	index_add(t, s);
-	t->ops[i] = (struct op){ .kind = OP_WRITE, .slot = s, .block = -1, .len = (unsigned)t->slot_bytes };
-	t->ops[i].fault = fault_for(t, OP_WRITE, ++t->n_writes);
-	if (t->ops[i].fault == F_CORRUPT)
-		buf[SLOT_HDR + t->n_writes % t->block_bytes] ^= 0x40;
 	prep(t, i);
 	return 0;
+}
+
+/* ---- the door ------------------------------------------------------------------ */
+
+int kv_tier_save(struct kv_tier *t, struct kv_pool *p, int32_t b)
+{
+	/* The pool reuses b as soon as this returns: through a staging
+	 * buffer, and when none is free the block is not kept (the engine
+	 * never waits on the disk here). */
+	int r = write_block(t, p, b, false);
+	t->st.dropped_writes += r == -EBUSY;
+	return r;
+}
+
+int kv_tier_clean(struct kv_tier *t, struct kv_pool *p, int ahead)
+{
+	if (t->off || !t->st.direct || p->n_free >= ahead)
+		return 0;
+	/* never hold what the next step may need */
+	int64_t window = kv_available(p) - ahead;
+	window = window < ahead ? window : ahead;
+	window -= t->n_cleaning;
+	int started = 0;
+	for (int32_t b = kv_cached_next(p, -1), next; b >= 0 && window > 0; b = next, window--) {
+		next = kv_cached_next(p, b);
+		struct iovec iov[MAX_SPANS];
+		if (find(t, p->meta[b].hash) >= 0)
+			continue;
+		if (!direct_spans(t, p, b, iov))
+			break;
+		int r = write_block(t, p, b, true);
+		if (r < 0)
+			break;
+		started += r == 0;
+	}
+	return started;
+}
+
+void kv_tier_drop(struct kv_tier *t, struct kv_pool *p)
+{
+	for (int i = 0; i < t->n_staging; i++)
+		if (t->ops[i].kind == OP_READ || t->ops[i].kind == OP_WRITE)
+			t->ops[i].stale = true;
+	for (; t->bl_len; t->bl_len--, t->bl_head = (t->bl_head + 1) % t->n_slots) {
+		struct backlog b = t->backlog[t->bl_head];
+		t->slots[b.slot].state = S_FREE;
+		kv_block_put(p, b.block);
+	}
+	for (uint64_t i = 0; i <= t->bucket_mask; i++)
+		t->buckets[i] = -1;
+	t->lru_head = t->lru_tail = -1;
+	t->n_free = 0;
+	t->st.slots_used = 0;
+	for (int32_t s = (int32_t)t->n_slots - 1; s >= 0; s--) {
+		struct slot *m = &t->slots[s];
+		m->next = m->lru_prev = m->lru_next = -1;
+		if (m->state == S_VALID || m->state == S_FREE) {
+			m->state = S_FREE;
+			t->free_slots[t->n_free++] = s;
+		} else {
+			t->st.slots_used++; /* freed when its I/O completes */
+		}
+	}
+	/* A restart takes only the slots of the file header's epoch. */
+	t->epoch++;
+	t->hdr_dirty = true;
+	t->st.drops++;
+	meta_flush(t);
+	tlog(t, KV_TIER_LOG_INFO, "offload tier %s: dropped (epoch %u): every block it held is forgotten", t->path,
+	     t->epoch);
 }
 
 bool kv_tier_has(const struct kv_tier *t, struct kv_hash h)
@@ -546,8 +761,7 @@ int kv_tier_fetch(struct kv_tier *t, struct kv_pool *p, struct kv_hash h)
 	t->slots[s].state = S_READING;
 	int32_t b = kv_block_take(p);
 	if (b < 0) {
-		t->slots[s].state = S_VALID;
-		lru_push(t, s);
+		slot_valid(t, s);
 		return -ENOSPC;
 	}
 	int i = op_get(t);
@@ -576,9 +790,20 @@ int kv_tier_inflight(const struct kv_tier *t)
 	return (t->n_staging - t->n_free_ops) + (int)t->bl_len;
 }
 
+/* One completion of op i's parts: true when it was the last. */
+static bool part_done(struct kv_tier *t, int i, int res)
+{
+	struct op *o = &t->ops[i];
+	if (res < 0 && o->res >= 0)
+		o->res = res;
+	else if (o->res >= 0)
+		o->res += res;
+	return --o->parts == 0;
+}
+
 int kv_tier_reap(struct kv_tier *t, struct kv_pool *p, int wait_ms)
 {
-	int n = 0;
+	int n = 0, seen = 0;
 	struct io_uring_cqe *cqe;
 	if (wait_ms > 0 && t->n_free_ops < t->n_staging && io_uring_peek_cqe(&t->ring, &cqe) != 0) {
 		kv_tier_submit(t);
@@ -590,14 +815,21 @@ int kv_tier_reap(struct kv_tier *t, struct kv_pool *p, int wait_ms)
 	{
 		int i = (int)io_uring_cqe_get_data64(cqe);
 		struct op *o = &t->ops[i];
+		seen++;
+		t->st.ring_cqes++;
+		if (!part_done(t, i, cqe->res))
+			continue;
 		if (o->kind == OP_READ)
-			read_done(t, p, o, stage(t, i), cqe->res);
+			read_done(t, p, o, stage(t, i), o->res);
 		else if (o->kind == OP_WRITE)
-			write_done(t, o, cqe->res);
+			write_done(t, p, o, o->res);
+		else if (o->kind == OP_META)
+			meta_done(t, o->res);
 		op_put(t, i);
 		n++;
 	}
-	io_uring_cq_advance(&t->ring, (unsigned)n);
+	io_uring_cq_advance(&t->ring, (unsigned)seen);
+	meta_flush(t);
 	drain_backlog(t, p);
 	kv_tier_submit(t);
 	return n;
@@ -605,13 +837,12 @@ int kv_tier_reap(struct kv_tier *t, struct kv_pool *p, int wait_ms)
 
 void kv_tier_flush(struct kv_tier *t, struct kv_pool *p)
 {
-	/* Oldest first, so that the newest win when the tier is smaller. */
-	for (int32_t b = p->lru_head; b >= 0 && !t->off; b = p->meta[b].lru_next) {
-		int r;
-		while ((r = kv_tier_save(t, p, b)) == -EBUSY && !t->off)
-			kv_tier_reap(t, p, 1000);
-		if (r == -ENOSPC)
-			break;
+	/* Oldest first, so that the newest win when the tier is smaller;
+	 * shutdown may wait for the disk. */
+	for (int32_t b = kv_cached_next(p, -1), next; b >= 0 && !t->off; b = next) {
+		next = kv_cached_next(p, b);
+		while (write_block(t, p, b, true) == -EBUSY && !t->off)
+			kv_tier_reap(t, p, 100);
 	}
 	for (int k = 0; kv_tier_inflight(t) && k < 1000; k++)
 		kv_tier_reap(t, p, 100);
@@ -642,33 +873,78 @@ static int cmp_seq(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Rebuilds the index from the slot headers (start-up, not the hot path). */
-static void scan(struct kv_tier *t, uint8_t *page)
+/* Reads the slot headers of slots [s0, s0 + n) into the staging area, one
+ * page each, as one batch through the ring. Returns the pages read, < 0
+ * when the ring fails; a page whose read failed is zeroed (not indexed). */
+static int scan_batch(struct kv_tier *t, int32_t s0, int n)
+{
+	const unsigned per = (unsigned)(t->slot_bytes / PAGE); /* pages per staging buffer */
+	for (int k = 0; k < n; k++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+		uint8_t *page = t->staging + (size_t)k * PAGE;
+		if (t->st.fixed_bufs)
+			io_uring_prep_read_fixed(sqe, 0, page, PAGE, slot_off(t, s0 + k), (int)(k / per));
+		else
+			io_uring_prep_read(sqe, 0, page, PAGE, slot_off(t, s0 + k));
+		sqe->flags |= IOSQE_FIXED_FILE;
+		io_uring_sqe_set_data64(sqe, (uint64_t)k);
+	}
+	int r = io_uring_submit_and_wait(&t->ring, (unsigned)n);
+	if (r < 0)
+		return r;
+	for (int done = 0; done < n;) {
+		struct io_uring_cqe *cqe;
+		if ((r = io_uring_wait_cqe(&t->ring, &cqe)) < 0)
+			return r;
+		if (cqe->res != (int)PAGE)
+			memset(t->staging + io_uring_cqe_get_data64(cqe) * PAGE, 0, PAGE);
+		io_uring_cqe_seen(&t->ring, cqe);
+		t->st.ring_cqes++;
+		done++;
+	}
+	return n;
+}
+
+/* Rebuilds the index from the slot headers (start-up): their pages are
+ * read in batches as large as the staging area and the ring allow. */
+static int scan(struct kv_tier *t, char *err, size_t errlen)
 {
 	uint64_t(*found)[2] = malloc((size_t)t->n_slots * sizeof *found);
+	if (!found)
+		return err_at(err, errlen, -ENOMEM, "offload tier: out of memory");
 	int64_t n_found = 0, bad = 0;
-	for (int32_t s = 0; found && s < t->n_slots; s++) {
-		if (pread(t->fd, page, PAGE, slot_off(t, s)) != PAGE)
-			continue;
-		struct slot_hdr h;
-		memcpy(&h, page, sizeof h);
-		if (h.magic == 0)
-			continue; /* never written */
-		struct kv_hash hash = { h.hash_lo, h.hash_hi };
-		if (!hdr_ok(t, &h) || find(t, hash) >= 0) {
-			bad++;
-			continue;
+	int batch = (int)((size_t)t->n_staging * t->slot_bytes / PAGE);
+	if (batch > (int)t->ring.sq.ring_entries)
+		batch = (int)t->ring.sq.ring_entries;
+	for (int32_t s0 = 0; s0 < t->n_slots; s0 += batch) {
+		int n = t->n_slots - s0 < batch ? (int)(t->n_slots - s0) : batch;
+		int r = scan_batch(t, s0, n);
+		if (r < 0) {
+			free(found);
+			return err_at(err, errlen, r, "offload tier %s: reading the slot headers: %s", t->path,
+				      strerror(-r));
 		}
-		t->slots[s] = (struct slot){ .hash = hash, .seqno = h.seqno, .next = -1, .lru_prev = -1,
-					     .lru_next = -1, .state = S_VALID };
-		index_add(t, s);
-		found[n_found][0] = h.seqno;
-		found[n_found++][1] = (uint64_t)s;
-		if (h.seqno > t->seqno)
-			t->seqno = h.seqno;
+		for (int k = 0; k < n; k++) {
+			int32_t s = s0 + k;
+			struct slot_hdr h;
+			memcpy(&h, t->staging + (size_t)k * PAGE, sizeof h);
+			if (h.magic == 0)
+				continue; /* never written */
+			struct kv_hash hash = { h.hash_lo, h.hash_hi };
+			if (!hdr_ok(t, &h) || find(t, hash) >= 0) {
+				bad++;
+				continue;
+			}
+			t->slots[s] = (struct slot){ .hash = hash, .seqno = h.seqno, .next = -1, .lru_prev = -1,
+						     .lru_next = -1, .state = S_VALID };
+			index_add(t, s);
+			found[n_found][0] = h.seqno;
+			found[n_found++][1] = (uint64_t)s;
+			if (h.seqno > t->seqno)
+				t->seqno = h.seqno;
+		}
 	}
-	if (found)
-		qsort(found, n_found, sizeof *found, cmp_seq);
+	qsort(found, n_found, sizeof *found, cmp_seq);
 	for (int64_t i = 0; i < n_found; i++)
 		lru_push(t, (int32_t)found[i][1]);
 	free(found);
@@ -683,12 +959,15 @@ static void scan(struct kv_tier *t, uint8_t *page)
 	tlog(t, KV_TIER_LOG_INFO, "offload tier %s: warm start, %lld blocks indexed from the slot headers%s",
 	     t->path, (long long)n_found, bad ? " (some slot headers were bad: dropped)" : "");
 	if (bad)
-		tlog(t, KV_TIER_LOG_WARNING, "offload tier %s: %lld slots with a corrupt or foreign header dropped",
-		     t->path, (long long)bad);
+		tlog(t, KV_TIER_LOG_WARNING,
+		     "offload tier %s: %lld slots with a corrupt, foreign or dropped header left out", t->path,
+		     (long long)bad);
+	return 0;
 }
 
-/* Checks the existing file's header page: true when its slots can be kept. */
-static bool reusable(struct kv_tier *t, const struct file_hdr *want, uint8_t *page, off_t size)
+/* Checks the existing file's header page: true when its slots can be kept
+ * (and then the epoch is the file's). */
+static bool reusable(struct kv_tier *t, uint8_t *page, off_t size)
 {
 	if (size < (off_t)PAGE || pread(t->fd, page, PAGE, 0) != PAGE)
 		return false;
@@ -705,15 +984,16 @@ static bool reusable(struct kv_tier *t, const struct file_hdr *want, uint8_t *pa
 		tlog(t, KV_TIER_LOG_WARNING, "offload tier %s: corrupt header or another format: starting empty", t->path);
 		return false;
 	}
-	if (h.fingerprint != want->fingerprint) {
+	if (h.fingerprint != t->fingerprint) {
 		tlog(t, KV_TIER_LOG_WARNING, "offload tier %s: written for a different model: starting empty", t->path);
 		return false;
 	}
-	if (h.slot_bytes != want->slot_bytes || h.n_slots != want->n_slots || h.block_bytes != want->block_bytes ||
-	    h.block_size != want->block_size) {
+	if (h.slot_bytes != t->slot_bytes || h.n_slots != (uint64_t)t->n_slots || h.block_bytes != t->block_bytes ||
+	    h.block_size != (uint32_t)t->block_size) {
 		tlog(t, KV_TIER_LOG_WARNING, "offload tier %s: another size or block shape: starting empty", t->path);
 		return false;
 	}
+	t->epoch = h.epoch;
 	return true;
 }
 
@@ -737,24 +1017,14 @@ static int setup_file(struct kv_tier *t, const struct kv_tier_opts *o, char *err
 		return err_at(err, errlen, -errno, "offload tier %s: %s", t->path, strerror(errno));
 	if (flock(t->fd, LOCK_EX | LOCK_NB) < 0)
 		return err_at(err, errlen, -EBUSY, "offload tier %s: in use by another process", t->path);
-	struct file_hdr want;
-	memset(&want, 0, sizeof want);
-	memcpy(want.magic, FILE_MAGIC, 8);
-	want.version = FORMAT_VERSION;
-	want.fingerprint = t->fingerprint;
-	want.slot_bytes = t->slot_bytes;
-	want.n_slots = (uint64_t)t->n_slots;
-	want.block_bytes = t->block_bytes;
-	want.block_size = (uint32_t)t->block_size;
-	want.hdr_crc = crc32c(0, &want, sizeof want);
 	uint8_t *page = aligned_alloc(PAGE, PAGE);
 	if (!page)
 		return err_at(err, errlen, -ENOMEM, "offload tier: out of memory");
 	fstat(t->fd, &st);
-	bool warm = reusable(t, &want, page, st.st_size);
+	t->warm = reusable(t, page, st.st_size);
 	off_t bytes = (off_t)PAGE + (off_t)t->n_slots * (off_t)t->slot_bytes;
 	int r = 0;
-	if (!warm && ftruncate(t->fd, 0) < 0)
+	if (!t->warm && ftruncate(t->fd, 0) < 0)
 		r = err_at(err, errlen, -errno, "offload tier %s: truncate: %s", t->path, strerror(errno));
 	if (!r && fallocate(t->fd, 0, 0, bytes) < 0) {
 		int e = errno;
@@ -769,19 +1039,57 @@ static int setup_file(struct kv_tier *t, const struct kv_tier_opts *o, char *err
 			r = err_at(err, errlen, -e, "offload tier %s: preallocating %lld bytes: %s", t->path,
 				   (long long)bytes, strerror(e));
 	}
-	if (!r && !warm) {
-		memset(page, 0, PAGE);
-		memcpy(page, &want, sizeof want);
+	if (!r && !t->warm) {
+		file_hdr_fill(t, page);
 		if (pwrite(t->fd, page, PAGE, 0) != PAGE)
 			r = err_at(err, errlen, -EIO, "offload tier %s: writing the header: %s", t->path, strerror(errno));
 	}
-	if (!r && warm)
-		scan(t, page);
 	free(page);
 	return r;
 }
 
-static int setup_ring(struct kv_tier *t, const struct kv_tier_opts *o, char *err, size_t errlen)
+/* The pool's memory as registered buffers after the staging ones, so that
+ * direct I/O to and from a block is READ_FIXED/WRITE_FIXED. Registering
+ * pins it (RLIMIT_MEMLOCK, unless CAP_IPC_LOCK): where the kernel refuses,
+ * those I/Os are readv/writev, as fast to the disk but mapped each time. */
+static void register_pool(struct kv_tier *t, const struct kv_pool *p)
+{
+	struct iovec *reg = malloc(MAX_REGIONS * sizeof *reg);
+	int n = reg ? kv_pool_regions(p, REG_MAX, reg, MAX_REGIONS) : -ENOMEM;
+	if (n == -EOPNOTSUPP) {
+		free(reg); /* not in host memory: nothing to pin */
+		return;
+	}
+	size_t bytes = 0;
+	for (int k = 0; k < n; k++)
+		bytes += reg[k].iov_len;
+	int r = n < 0 ? n : io_uring_register_buffers_update_tag(&t->ring, (unsigned)t->n_staging, reg, NULL, (unsigned)n);
+	if (r == n) {
+		t->regions = reg;
+		t->n_regions = n;
+		t->st.pool_bufs = true;
+		return;
+	}
+	/* a partial registration is undone: none or all */
+	for (int k = 0; k < r; k++) {
+		struct iovec none = { NULL, 0 };
+		io_uring_register_buffers_update_tag(&t->ring, (unsigned)(t->n_staging + k), &none, NULL, 1);
+	}
+	struct rlimit rl = { 0, 0 };
+	getrlimit(RLIMIT_MEMLOCK, &rl);
+	char lim[32] = "unlimited";
+	if (rl.rlim_cur != RLIM_INFINITY)
+		snprintf(lim, sizeof lim, "%llu KiB", (unsigned long long)rl.rlim_cur >> 10);
+	tlog(t, KV_TIER_LOG_WARNING,
+	     "offload tier: cannot register the KV pool's %zu MiB with io_uring (%s; RLIMIT_MEMLOCK %s): "
+	     "blocks go to and from the pool with readv/writev instead",
+	     bytes >> 20, strerror(r < 0 ? -r : EAGAIN), lim);
+	t->st.pool_unregistered = 1;
+	free(reg);
+}
+
+static int setup_ring(struct kv_tier *t, const struct kv_tier_opts *o, const struct kv_pool *p, char *err,
+		      size_t errlen)
 {
 	struct io_uring_params par;
 	memset(&par, 0, sizeof par);
@@ -789,7 +1097,8 @@ static int setup_ring(struct kv_tier *t, const struct kv_tier_opts *o, char *err
 		par.flags |= IORING_SETUP_SQPOLL;
 		par.sq_thread_idle = 100;
 	}
-	int r = io_uring_queue_init_params((unsigned)t->n_staging, &t->ring, &par);
+	/* an I/O is up to 1 + MAX_SPANS entries (the header page, the spans) */
+	int r = io_uring_queue_init_params((unsigned)(t->n_staging * (1 + MAX_SPANS)), &t->ring, &par);
 	if (r < 0)
 		return err_at(err, errlen, r, "offload tier: io_uring: %s", strerror(-r));
 	t->ring_ok = true;
@@ -801,12 +1110,20 @@ static int setup_ring(struct kv_tier *t, const struct kv_tier_opts *o, char *err
 		return err_at(err, errlen, -ENOMEM, "offload tier: out of memory");
 	for (int i = 0; i < t->n_staging; i++)
 		iov[i] = (struct iovec){ stage(t, i), t->slot_bytes };
-	r = io_uring_register_buffers(&t->ring, iov, (unsigned)t->n_staging);
+	/* A sparse table, staging buffers first: the pool's regions are
+	 * registered apart, and may be refused alone. */
+	bool sparse = t->st.direct && io_uring_register_buffers_sparse(&t->ring, (unsigned)(t->n_staging + MAX_REGIONS)) == 0;
+	if (sparse)
+		r = io_uring_register_buffers_update_tag(&t->ring, 0, iov, NULL, (unsigned)t->n_staging);
+	else
+		r = io_uring_register_buffers(&t->ring, iov, (unsigned)t->n_staging);
 	free(iov);
-	t->st.fixed_bufs = r == 0;
-	if (r < 0)
+	t->st.fixed_bufs = sparse ? r == t->n_staging : r == 0;
+	if (!t->st.fixed_bufs)
 		tlog(t, KV_TIER_LOG_WARNING, "offload tier: cannot register %d staging buffers (%s): unregistered I/O",
-		     t->n_staging, strerror(-r));
+		     t->n_staging, strerror(r < 0 ? -r : EAGAIN));
+	else if (sparse && direct_spans(t, p, 0, (struct iovec[MAX_SPANS]){ { 0 } }))
+		register_pool(t, p);
 	return 0;
 }
 
@@ -870,7 +1187,8 @@ int kv_tier_open(struct kv_tier **out, const struct kv_tier_opts *o, const struc
 	t->n_free_ops = t->n_staging;
 	t->st.slots_total = t->n_slots;
 	t->st.slot_bytes = t->slot_bytes;
-	if ((r = setup_file(t, o, err, errlen)) < 0 || (r = setup_ring(t, o, err, errlen)) < 0)
+	if ((r = setup_file(t, o, err, errlen)) < 0 || (r = setup_ring(t, o, p, err, errlen)) < 0 ||
+	    (t->warm && (r = scan(t, err, errlen)) < 0))
 		goto fail;
 	t->st.enabled = true;
 	*out = t;
@@ -888,7 +1206,9 @@ void kv_tier_close(struct kv_tier *t)
 		struct io_uring_cqe *cqe;
 		kv_tier_submit(t);
 		while (t->n_free_ops < t->n_staging && io_uring_wait_cqe(&t->ring, &cqe) == 0) {
-			op_put(t, (int)io_uring_cqe_get_data64(cqe));
+			int i = (int)io_uring_cqe_get_data64(cqe);
+			if (part_done(t, i, cqe->res))
+				op_put(t, i);
 			io_uring_cqe_seen(&t->ring, cqe);
 		}
 		io_uring_queue_exit(&t->ring);
@@ -900,6 +1220,7 @@ void kv_tier_close(struct kv_tier *t)
 	}
 	if (t->staging)
 		munmap(t->staging, (size_t)t->n_staging * t->slot_bytes);
+	free(t->regions);
 	free(t->slots);
 	free(t->free_slots);
 	free(t->backlog);

@@ -14,10 +14,14 @@
  * pool's door (kv_block_copy_out/in), and the engine reaches it only
  * through these calls, which a host level would offer as well.
  *
- * I/O: kv_tier_save and kv_tier_fetch only queue; kv_tier_submit sends what
- * a step queued as one batch; kv_tier_reap handles completions (and, with
- * wait_ms, waits for one when the caller has nothing else to do). Engine
- * thread only.
+ * I/O: kv_tier_save, kv_tier_clean and kv_tier_fetch only queue, and never
+ * wait; kv_tier_submit sends what a step queued as one batch; kv_tier_reap
+ * handles completions (and, with wait_ms, waits for one when the caller
+ * has nothing else to do). With O_DIRECT and page-aligned blocks, a
+ * block's bytes go to and from the disk where they lie in the pool (whose
+ * memory is registered with the ring where RLIMIT_MEMLOCK allows); the
+ * slot's header page alone goes through a staging buffer. Engine thread
+ * only.
  */
 #ifndef PAGODA_KV_TIER_H
 #define PAGODA_KV_TIER_H
@@ -54,14 +58,20 @@ struct kv_tier_opts {
 
 struct kv_tier_stats {
 	bool enabled, direct, fixed_bufs, sqpoll;
+	bool pool_bufs; /* the pool's memory is registered with the ring */
 	bool disabled; /* turned off by ENOSPC or EIO on a write */
 	int64_t slots_total, slots_used;
 	size_t slot_bytes;
 	uint64_t blocks_out, bytes_out;   /* writes completed */
 	uint64_t blocks_in, bytes_in;     /* verified reads */
 	uint64_t zero_copy_in;            /* of those, read straight into the pool */
+	uint64_t zero_copy_out;           /* writes straight from the pool */
 	uint64_t warm_blocks;             /* found at start */
-	uint64_t dropped_writes;          /* no slot or staging buffer free */
+	uint64_t dropped_writes;          /* a save with every buffer or slot in flight */
+	uint64_t pool_unregistered;       /* 1: the kernel refused to register the pool */
+	uint64_t drops;                   /* kv_tier_drop calls */
+	uint64_t ring_cqes;               /* io_uring completions reaped (a direct
+					   * I/O is one per span and the header) */
 	uint64_t err_crc, err_short, err_io, err_nospc, err_header;
 	uint64_t read_lat[KV_TIER_LAT_BUCKETS];
 };
@@ -73,10 +83,21 @@ int kv_tier_open(struct kv_tier **out, const struct kv_tier_opts *o, const struc
 /* Waits for the I/O in flight, then closes. */
 void kv_tier_close(struct kv_tier *t);
 
-/* Queues a copy of block b of p (published, complete). 0 queued, 1 the
- * tier has it already, <0 not kept (tier off, no slot free). When every
- * staging buffer is in flight it first waits for a completion. */
+/* Queues a copy of block b of p (published, complete), which the pool may
+ * reuse on return: through a staging buffer. 0 queued, 1 the tier has it
+ * already, -EBUSY not kept because every staging buffer or slot is in
+ * flight (counted in dropped_writes; it never waits), -EIO tier off. */
 int kv_tier_save(struct kv_tier *t, struct kv_pool *p, int32_t b);
+/* Writes ahead of eviction: of the oldest cached blocks of p, those the
+ * tier lacks are written straight from the pool (held meanwhile, put back
+ * first in line for eviction), so that their eviction costs no copy and
+ * no I/O. Only while fewer than `ahead` blocks are free, and never holding
+ * blocks the next `ahead` a step may take. Returns the writes started. */
+int kv_tier_clean(struct kv_tier *t, struct kv_pool *p, int ahead);
+/* Forgets every block (DropPrefixCache): the index empties, I/O in flight
+ * is discarded when it completes, and the file header's epoch moves on so
+ * that a restart does not find the old slots. */
+void kv_tier_drop(struct kv_tier *t, struct kv_pool *p);
 /* Whether a block with hash h can be fetched (stored, or being read). */
 bool kv_tier_has(const struct kv_tier *t, struct kv_hash h);
 /* Starts reading h into a block taken from p; when it completes and

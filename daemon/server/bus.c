@@ -33,6 +33,7 @@ enum field {
 	F_CACHED_PROMPT = NPROP, F_PREFILL, F_DECODE, F_STEPS, F_KV_WASTE, F_INFLIGHT,
 	F_OFF_BLK_IN, F_OFF_BLK_OUT, F_OFF_SWAP_OUT, F_OFF_TIER_TOK, F_OFF_SLOTS, F_OFF_SLOTS_USED, F_OFF_WARM,
 	F_OFF_DROPPED, F_OFF_ERR_CRC, F_OFF_ERR_SHORT, F_OFF_ERR_IO, F_OFF_ERR_NOSPC, F_OFF_ERR_HDR, F_OFF_OFF,
+	F_OFF_ZC_IN, F_OFF_ZC_OUT, F_OFF_POOL_REG, F_OFF_DROPS, F_OFF_CQES,
 	NFIELD
 };
 
@@ -94,6 +95,11 @@ static const struct fdef fields[NFIELD] = {
 	[F_OFF_ERR_NOSPC] = { "OffloadErrorsNoSpace", 't', false },
 	[F_OFF_ERR_HDR] = { "OffloadErrorsHeader", 't', false },
 	[F_OFF_OFF] = { "OffloadDisabled", 'u', false },
+	[F_OFF_ZC_IN] = { "OffloadZeroCopyIn", 't', false },
+	[F_OFF_ZC_OUT] = { "OffloadZeroCopyOut", 't', false },
+	[F_OFF_POOL_REG] = { "OffloadPoolRegistered", 'u', false },
+	[F_OFF_DROPS] = { "OffloadDrops", 't', false },
+	[F_OFF_CQES] = { "OffloadRingCompletions", 't', false },
 };
 
 struct val {
@@ -207,6 +213,11 @@ static void snapshot_now(struct pbus *b, struct val *v)
 		v[F_OFF_ERR_NOSPC].u = o->err_nospc;
 		v[F_OFF_ERR_HDR].u = o->err_header;
 		v[F_OFF_OFF].u = o->disabled;
+		v[F_OFF_ZC_IN].u = o->zero_copy_in;
+		v[F_OFF_ZC_OUT].u = o->zero_copy_out;
+		v[F_OFF_POOL_REG].u = o->pool_bufs;
+		v[F_OFF_DROPS].u = o->drops;
+		v[F_OFF_CQES].u = o->ring_cqes;
 	}
 	if (b->srv) {
 		struct ipc_live l;
@@ -326,7 +337,7 @@ static void act(struct pbus *b, sd_bus_message *m, enum op op)
 	case OP_DROP:
 		if (b->eng) {
 			engine_drop_prefix_cache(b->eng);
-			log_msg(LOG_NOTICE, "DropPrefixCache() over D-Bus: dropping the cached prefix blocks");
+			log_msg(LOG_NOTICE, "DropPrefixCache() over D-Bus: dropping the cached prefix blocks (the NVMe tier's too)");
 		}
 		sd_bus_reply_method_return(m, NULL);
 		return;

@@ -5,8 +5,11 @@
 # by another long prompt comes back from the tier instead of being
 # recomputed (prefill counter), a restarted daemon serves it from the file
 # at once, injected corruption, short reads and EIO are recomputed (and
-# counted), ENOSPC on a write turns the tier off with a log line, and a
-# tier larger than its (tmpfs) file system is refused at start-up.
+# counted), DropPrefixCache empties the tier too (and a restart does not
+# bring it back), ENOSPC on a write turns the tier off with a log line, a
+# tier larger than its (tmpfs) file system is refused at start-up, and a
+# tier on a loop device whose backing store fills later (real write
+# errors) turns itself off while outputs stay exact.
 # Counters are read with D-Bus Stats() on a private session bus.
 . "$(dirname "$0")/lib.sh"
 for b in pagodad pagoda pagoda-mkmodel; do [ -x "$B/$b" ] || { echo "SKIP: $B/$b not built" >&2; exit 77; }; done
@@ -14,12 +17,15 @@ for c in dbus-daemon busctl python3; do
 	command -v $c >/dev/null || { echo "SKIP: $c not installed" >&2; exit 77; }
 done
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-off-XXXXXX")
-DP= BP= BT= MNT=
+DP= BP= BT= MNT= LMNT= LOOP= BMNT=
 cleanup() {
 	[ -n "$DP" ] && kill -KILL "$DP" 2>/dev/null
 	[ -n "$BP" ] && kill "$BP" 2>/dev/null
 	[ -n "$BT" ] && kill "$BT" 2>/dev/null
 	[ -n "$MNT" ] && umount "$MNT" 2>/dev/null
+	[ -n "$LMNT" ] && umount -l "$LMNT" 2>/dev/null
+	[ -n "$LOOP" ] && losetup -d "$LOOP" 2>/dev/null
+	[ -n "$BMNT" ] && umount -l "$BMNT" 2>/dev/null
 	rm -rf "$D"
 }
 trap cleanup EXIT
@@ -152,6 +158,25 @@ done
 [ "$(stat_of PrefillTokens)" -gt 1000 ] && ok || bad "the blocks after a bad one were not recomputed"
 stop_daemon
 
+# 3b. DropPrefixCache forgets the tier's blocks as well as the pool's; a
+# restart right after finds none (the file's epoch moved on).
+start_daemon "$D/log3b" --kv-blocks 170 --offload-dir "$T1" --offload-size 64M || { bad "start (drop)"; cat "$D/log3b" >&2; finish; }
+[ "$(stat_of OffloadSlotsUsed)" -gt 100 ] && ok || bad "before the drop: $(stat_of OffloadSlotsUsed) slots used"
+busctl --user call org.pagoda.Daemon1 /org/pagoda/Daemon1 org.pagoda.Daemon1 DropPrefixCache >/dev/null ||
+	bad "DropPrefixCache failed"
+k=0
+while [ "$(stat_of OffloadDrops)" != 1 ] && [ $k -lt 100 ]; do sleep 0.1; k=$((k + 1)); done
+[ "$(stat_of OffloadDrops)" = 1 ] && ok || bad "DropPrefixCache did not reach the tier"
+[ "$(stat_of OffloadSlotsUsed)" = 0 ] && ok || bad "after the drop: $(stat_of OffloadSlotsUsed) slots used"
+grep -q "dropped (epoch" "$D/log3b" && ok || bad "no log line for the tier's drop"
+stop_daemon
+start_daemon "$D/log3c" --kv-blocks 170 --offload-dir "$T1" --offload-size 64M || { bad "restart (drop)"; cat "$D/log3c" >&2; finish; }
+[ "$(stat_of OffloadWarmBlocks)" = 0 ] && ok || bad "dropped blocks came back: $(stat_of OffloadWarmBlocks) warm"
+gen 9
+same 9 "after a drop"
+[ "$(stat_of PrefillTokens)" -gt 1500 ] && ok || bad "after a drop the prefix was not recomputed"
+stop_daemon
+
 # 4. ENOSPC on a later write: the tier turns itself off, saying so;
 # serving goes on.
 T2=$D/tier2
@@ -191,5 +216,44 @@ if [ "$(id -u)" = 0 ] && mkdir "$D/mnt" && mount -t tmpfs -o size=2m tmpfs "$D/m
 	umount "$MNT" && MNT=
 else
 	echo "offload: no tmpfs mount here (not root?): the small file system cases are skipped" >&2
+fi
+
+# 6. A tier that fills later for real: ext4 on a loop device whose 64 MiB
+# image lies sparse on a 6 MiB tmpfs. Start-up preallocates 32 MiB (ext4
+# extents, no data); once the blocks written outgrow the tmpfs, the loop
+# device fails the writes: the tier turns itself off, saying so, and
+# serving goes on, exact.
+if [ "$(id -u)" = 0 ] && command -v losetup >/dev/null && command -v mkfs.ext4 >/dev/null &&
+	mkdir "$D/back" "$D/lmnt" && mount -t tmpfs -o size=6m tmpfs "$D/back" 2>/dev/null; then
+	BMNT=$D/back
+	truncate -s 64M "$BMNT/img"
+	if LOOP=$(losetup -f --show "$BMNT/img" 2>/dev/null) && mkfs.ext4 -q -O ^has_journal "$LOOP" 2>/dev/null &&
+		mount "$LOOP" "$D/lmnt" 2>/dev/null; then
+		LMNT=$D/lmnt
+		start_daemon "$D/log7" --kv-blocks 170 --offload-dir "$LMNT" --offload-size 32M ||
+			{ bad "a 32 MiB tier on the loop device"; cat "$D/log7" >&2; finish; }
+		gen 10
+		"$B/pagoda" generate --socket "$D/sock" -f "$D/flush" -n 4 --temp 0 > "$D/outflush2" 2>/dev/null
+		gen 11
+		"$B/pagoda" generate --socket "$D/sock" -f "$D/prefix" -n 4 --temp 0 > /dev/null 2>&1
+		gen 12
+		same 10 "loop device tier"
+		same 11 "loop device tier, filling"
+		same 12 "loop device tier, full"
+		cmp -s "$D/outflush2" "$D/soloflush" && ok || bad "the evicting prompt differs on the loop device tier"
+		[ "$(stat_of OffloadDisabled)" = 1 ] && ok || bad "a tier whose disk filled stayed on: $(cat "$D/log7")"
+		[ $(($(stat_of OffloadErrorsIO) + $(stat_of OffloadErrorsNoSpace))) -ge 1 ] && ok || bad "the write errors were not counted"
+		grep -q "the tier is off" "$D/log7" && ok || bad "no log line for the tier turning off"
+		echo "offload: loop device: blocks out $(stat_of OffloadBlocksOut), errors io $(stat_of OffloadErrorsIO)," \
+			"nospc $(stat_of OffloadErrorsNoSpace)" >&2
+		stop_daemon
+		umount "$LMNT" 2>/dev/null || umount -l "$LMNT"
+		LMNT=
+	else
+		echo "offload: no loop device here: the filling file system case is skipped" >&2
+	fi
+	[ -n "$LOOP" ] && losetup -d "$LOOP" && LOOP=
+	# the loop device lets go of its image a moment after it is detached
+	for _k in 1 2 3 4 5 6 7 8 9 10; do umount "$BMNT" 2>/dev/null && BMNT= && break; sleep 0.2; done
 fi
 finish

@@ -355,6 +355,63 @@ START_TEST(test_lower_level_door)
 }
 END_TEST
 
+/* What the tier uses to write blocks ahead of eviction: the cached blocks
+ * in eviction order, a hold that takes one out of the LRU (so it is not
+ * reused) and a put that brings it back first in line, or frees it when it
+ * was unpublished meanwhile; and the pool's memory as regions to register,
+ * none splitting a block. */
+START_TEST(test_hold_and_regions)
+{
+	int32_t t[3 * BS + 1];
+	tokens(t, 3 * BS + 1, 700);
+	struct kv_seq a = { 0 };
+	ck_assert_int_eq(kv_seq_reserve(&pool, &a, 3 * BS + 1), 0);
+	kv_seq_commit(&pool, &a, t, 3 * BS + 1);
+	int32_t blk[3] = { a.blocks[0], a.blocks[1], a.blocks[2] };
+	kv_seq_release(&pool, &a); /* last block first: blk[2] oldest */
+	ck_assert_int_eq(kv_cached_next(&pool, -1), blk[2]);
+	ck_assert_int_eq(kv_cached_next(&pool, blk[2]), blk[1]);
+	ck_assert_int_eq(kv_cached_next(&pool, blk[0]), -1);
+	kv_block_hold(&pool, blk[2]);
+	ck_assert_int_eq(pool.n_cached, 2);
+	ck_assert_int_eq(kv_available(&pool), pool.n_blocks - 1);
+	ck_assert_int_eq(kv_cached_next(&pool, -1), blk[1]);
+	/* a sequence maps it meanwhile, and lets go of it */
+	struct kv_seq s = { 0 };
+	ck_assert_int_eq(kv_seq_match_prefix(&pool, &s, t, 3 * BS + 1), 3 * BS);
+	kv_seq_release(&pool, &s);
+	ck_assert_int_eq(kv_cached_next(&pool, -1), blk[1]); /* still held */
+	/* put back first in line for eviction, not last */
+	kv_block_put_first(&pool, blk[2]);
+	ck_assert_int_eq(kv_cached_next(&pool, -1), blk[2]);
+	ck_assert_int_eq(pool.n_cached, 3);
+	/* unpublished while held: the last put frees it */
+	kv_block_hold(&pool, blk[2]);
+	kv_block_unpublish(&pool, blk[2]);
+	ck_assert(!pool.meta[blk[2]].hashed);
+	kv_block_put_first(&pool, blk[2]);
+	ck_assert_int_eq(pool.n_cached, 2);
+	check_whole();
+
+	struct iovec reg[8];
+	size_t span = kv_pool_block_bytes(&pool) / 2;
+	ck_assert_int_eq(kv_pool_regions(&pool, span - 1, reg, 8), -EINVAL);
+	ck_assert_int_eq(kv_pool_regions(&pool, 8 * span, reg, 8), 2); /* K and V whole */
+	ck_assert_uint_eq(reg[0].iov_len, 8 * span);
+	ck_assert_int_eq(kv_pool_regions(&pool, 3 * span, reg, 8), 6); /* 3 + 3 + 2 blocks, twice */
+	ck_assert_uint_eq(reg[2].iov_len, 2 * span);
+	ck_assert_ptr_eq((char *)reg[1].iov_base, (char *)reg[0].iov_base + 3 * span);
+	ck_assert_int_eq(kv_pool_regions(&pool, 3 * span, reg, 5), -ENOBUFS);
+	struct iovec iov[2];
+	int n = 2;
+	kv_block_span(&pool, 7, iov, &n);
+	ck_assert((char *)iov[0].iov_base >= (char *)reg[2].iov_base &&
+		  (char *)iov[0].iov_base + iov[0].iov_len <= (char *)reg[2].iov_base + reg[2].iov_len);
+	ck_assert((char *)iov[1].iov_base >= (char *)reg[5].iov_base &&
+		  (char *)iov[1].iov_base + iov[1].iov_len <= (char *)reg[5].iov_base + reg[5].iov_len);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kv");
@@ -368,6 +425,7 @@ int main(void)
 	tcase_add_test(tc, test_churn);
 	tcase_add_test(tc, test_block_image);
 	tcase_add_test(tc, test_lower_level_door);
+	tcase_add_test(tc, test_hold_and_regions);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -1,8 +1,10 @@
 /* tests/unit/test_tier.c — the NVMe tier on a real file with real
  * io_uring: CRC32C, a round trip through the file, the pool's evictions
  * landing there, the tier's own LRU, a warm restart (and a cold one for
- * another model or a corrupt header), injected faults, and ENOSPC at
- * preallocation. */
+ * another model or a corrupt header), injected faults, ENOSPC at
+ * preallocation, direct I/O to and from the registered pool (and its
+ * fallback under RLIMIT_MEMLOCK), saves that never wait, the warm scan in
+ * batches, and dropping the tier. */
 #include "daemon/kv/crc32c.h"
 #include "daemon/kv/kv.h"
 #include "daemon/kv/tier.h"
@@ -14,7 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define BS 4
@@ -199,21 +205,24 @@ START_TEST(test_evictions_and_lru)
 	struct kv_tier *t = open_tier(3, 42, NULL);
 	pool.evict = on_evict;
 	pool.evict_user = t;
-	struct kv_hash a[NB - 1], b[NB - 1];
-	fill(1, NB - 1, a);
-	fill(2, NB - 1, b); /* evicts a's blocks into the tier */
-	settle(t);
+	struct kv_hash a[NB - 1], x[1];
+	fill(1, NB - 1, a); /* 7 cached, a[6] oldest (released last block first), 1 free */
+	/* one eviction a step, reaped between steps as the engine does:
+	 * a[6], a[5], ..., a[1] */
+	for (int r = 0; r < 6; r++) {
+		fill(20 + r, 1, x);
+		settle(t);
+	}
 	int kept = 0;
 	for (int i = 0; i < NB - 1; i++)
 		kept += kv_tier_has(t, a[i]);
 	ck_assert_int_eq(kept, 3);
-	/* released last block first: a[0] was evicted last, so it is kept */
-	ck_assert(kv_tier_has(t, a[0]));
+	ck_assert(kv_tier_has(t, a[1]) && kv_tier_has(t, a[2]) && kv_tier_has(t, a[3]));
 	pool.evict = NULL;
 	kv_drop_cache(&pool);
-	ck_assert_int_eq(kv_tier_fetch(t, &pool, a[0]), 0);
+	ck_assert_int_eq(kv_tier_fetch(t, &pool, a[1]), 0);
 	settle(t);
-	check_bytes(1, 0, a[0]);
+	check_bytes(1, 1, a[1]);
 	kv_tier_close(t);
 }
 END_TEST
@@ -305,16 +314,24 @@ END_TEST
 START_TEST(test_fault_eio) { read_fault("read:1:eio", 0, 0, 1); }
 END_TEST
 
-/* Page-aligned blocks (16 tokens x 2 layers x 64, f16: 4 KiB for K, 4 for
- * V) are read straight into the pool; a corruption there is caught too. */
-START_TEST(test_zero_copy)
+/* A pool of n_blocks blocks of 16 tokens x 2 layers x kv_dim in place of
+ * the fixture's (a backend holds one pool). kv_dim 64: 4 KiB for K, 4 for
+ * V, page-aligned. */
+static void aligned_pool(int64_t n_blocks, int kv_dim)
 {
 	char err[256];
 	kv_pool_free(&pool);
-	pg_backend_close(be); /* a backend holds one pool */
+	pg_backend_close(be);
 	const struct pg_backend_opts bo = { .threads = 1 };
 	ck_assert_msg(pg_backend_open("cpu", &bo, &be, err, sizeof err) == 0, "%s", err);
-	ck_assert_int_eq(kv_pool_init(&pool, be, NB, 16, 2, 64, true, err, sizeof err), 0);
+	ck_assert_int_eq(kv_pool_init(&pool, be, n_blocks, 16, 2, kv_dim, true, err, sizeof err), 0);
+}
+
+/* Page-aligned blocks are read straight into the pool; a corruption there
+ * is caught too. */
+START_TEST(test_zero_copy)
+{
+	aligned_pool(NB, 64);
 	struct kv_tier *t = open_tier(16, 42, "read:3:corrupt");
 	struct kv_hash h[3];
 	fill(9, 3, h);
@@ -397,6 +414,247 @@ START_TEST(test_in_use)
 }
 END_TEST
 
+/* Blocks written ahead of their eviction go straight from the registered
+ * pool, held meanwhile and put back first in line; an evicted one then
+ * costs no I/O, and all come back straight into the pool. */
+START_TEST(test_clean_registered)
+{
+	aligned_pool(NB, 64);
+	struct kv_tier *t = open_tier(16, 42, NULL);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert(st.direct);
+	ck_assert(st.fixed_bufs);
+	/* as root (CAP_IPC_LOCK) the kernel pins the pool without a limit */
+	if (geteuid() == 0)
+		ck_assert(st.pool_bufs);
+	ck_assert(st.pool_bufs || st.pool_unregistered == 1);
+	struct kv_hash h[3];
+	fill(10, 3, h); /* 5 blocks free, 3 cached (h[2] oldest: released last block first) */
+	/* nothing to do while as many blocks as a step may take are free */
+	ck_assert_int_eq(kv_tier_clean(t, &pool, 5), 0);
+	/* ahead 6: of the 8 available, 2 may be held: the two oldest */
+	ck_assert_int_eq(kv_tier_clean(t, &pool, 6), 2);
+	ck_assert_int_eq(kv_available(&pool), 6);
+	ck_assert_int_eq(kv_tier_clean(t, &pool, 6), 0); /* its window is in flight */
+	ck_assert(!kv_tier_has(t, h[2])); /* written, not yet complete */
+	settle(t);
+	ck_assert_int_eq(kv_available(&pool), 8);
+	/* back first in line for eviction, still cached in the pool */
+	int32_t first = kv_cached_next(&pool, -1), second = kv_cached_next(&pool, first);
+	ck_assert(first == block_of(h[2]) || first == block_of(h[1]));
+	ck_assert(second == block_of(h[2]) || second == block_of(h[1]));
+	ck_assert(kv_tier_has(t, h[2]) && kv_tier_has(t, h[1]) && !kv_tier_has(t, h[0]));
+	/* its eviction finds the tier has it: no copy, no I/O */
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[2])), 1);
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[0])), 0); /* through a staging buffer */
+	settle(t);
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.blocks_out, 3);
+	ck_assert_uint_eq(st.zero_copy_out, 2);
+	kv_drop_cache(&pool);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(kv_tier_fetch(t, &pool, h[i]), 0);
+	settle(t);
+	for (int i = 0; i < 3; i++)
+		check_bytes(10, i, h[i]);
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.zero_copy_in, 3);
+	/* a registered direct I/O is three completions (header page, K, V);
+	 * readv/writev one; a staged write one */
+	ck_assert_uint_eq(st.ring_cqes, st.pool_bufs ? 2 * 3 + 1 + 3 * 3 : 2 + 1 + 3);
+	kv_tier_close(t);
+}
+END_TEST
+
+/* A corrupt fault on a write straight from the pool spoils the checksum
+ * (the pool's bytes are live): the read catches it. */
+START_TEST(test_clean_fault)
+{
+	aligned_pool(NB, 64);
+	struct kv_tier *t = open_tier(16, 42, "write:1:corrupt");
+	struct kv_hash h[2];
+	fill(11, 2, h);
+	ck_assert_int_eq(kv_tier_clean(t, &pool, 7), 1); /* 8 available - 7 */
+	settle(t);
+	ck_assert(kv_tier_has(t, h[1]));
+	check_bytes(11, 1, h[1]); /* the pool's copy is untouched */
+	kv_drop_cache(&pool);
+	ck_assert_int_eq(kv_tier_fetch(t, &pool, h[1]), 0);
+	settle(t);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.zero_copy_out, 1);
+	ck_assert_uint_eq(st.err_crc, 1);
+	ck_assert(!kv_pool_has(&pool, h[1]));
+	ck_assert(!kv_tier_has(t, h[1]));
+	kv_tier_close(t);
+}
+END_TEST
+
+static int drop_ipc_lock(void)
+{
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct data[2];
+	if (syscall(SYS_capget, &hdr, data) < 0)
+		return -1;
+	data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+	return (int)syscall(SYS_capset, &hdr, data);
+}
+
+/* Where RLIMIT_MEMLOCK refuses the pool (the staging buffers fit), the
+ * tier says so, counts it, and still moves blocks straight to and from the
+ * pool, with readv/writev. In a child: it gives up CAP_IPC_LOCK. */
+START_TEST(test_pool_unregistered)
+{
+	aligned_pool(512, 64); /* 4 MiB of pool; 256 staging buffers of 12 KiB */
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* the staging area: 32 MiB of slots, 8 to 256 of them */
+		size_t slot = KV_TIER_SLOT_HDR + kv_pool_block_bytes(&pool);
+		size_t n = (32u << 20) / slot, staging = (n < 8 ? 8 : n > 256 ? 256 : n) * slot;
+		struct rlimit rl = { staging + (512u << 10), staging + (512u << 10) };
+		if (drop_ipc_lock() < 0 || setrlimit(RLIMIT_MEMLOCK, &rl) < 0)
+			_exit(10);
+		n_logs = 0;
+		struct kv_tier *t = open_tier(16, 42, NULL);
+		struct kv_tier_stats st;
+		kv_tier_get_stats(t, &st);
+		if (st.pool_bufs || st.pool_unregistered != 1 || !st.fixed_bufs)
+			_exit(11);
+		if (!strstr(last_log, "RLIMIT_MEMLOCK"))
+			_exit(12);
+		struct kv_hash h[2];
+		fill(12, 2, h);
+		if (kv_tier_clean(t, &pool, 511) != 1) /* 512 available - 511 */
+			_exit(13);
+		settle(t);
+		kv_drop_cache(&pool);
+		if (kv_tier_fetch(t, &pool, h[1]) != 0)
+			_exit(14);
+		settle(t);
+		check_bytes(12, 1, h[1]);
+		kv_tier_get_stats(t, &st);
+		if (st.zero_copy_out != 1 || st.zero_copy_in != 1 || st.ring_cqes != 2)
+			_exit(15);
+		kv_tier_close(t);
+		_exit(0);
+	}
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
+}
+END_TEST
+
+/* With every slot in flight a save is dropped and counted at once: the
+ * engine never waits on the disk there. */
+START_TEST(test_save_never_waits)
+{
+	struct kv_tier *t = open_tier(3, 42, NULL);
+	struct kv_hash h[4];
+	fill(13, 4, h);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[i])), 0);
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[3])), -EBUSY);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.dropped_writes, 1);
+	ck_assert_int_eq(kv_tier_inflight(t), 3); /* not even submitted */
+	settle(t);
+	/* once they complete, the least recently used slot is reused */
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[3])), 0);
+	settle(t);
+	/* the slot whose write completed first */
+	ck_assert_int_eq(kv_tier_has(t, h[0]) + kv_tier_has(t, h[1]) + kv_tier_has(t, h[2]), 2);
+	ck_assert(kv_tier_has(t, h[3]));
+	kv_tier_close(t);
+}
+END_TEST
+
+/* A warm start reads every slot header through the ring, in batches (here
+ * more slots than one batch holds), and indexes those written. */
+START_TEST(test_scan_batches)
+{
+	const int slots = 1200, rounds = 100;
+	struct kv_tier *t = open_tier(slots, 42, NULL);
+	struct kv_hash first[NB - 1], last[NB - 1];
+	for (int r = 0; r < rounds; r++) {
+		struct kv_hash h[NB - 1];
+		fill(100 + r, NB - 1, h);
+		for (int i = 0; i < NB - 1; i++)
+			ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[i])), 0);
+		settle(t);
+		kv_drop_cache(&pool);
+		memcpy(r ? last : first, h, sizeof h);
+	}
+	kv_tier_close(t);
+	t = open_tier(slots, 42, NULL);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.warm_blocks, rounds * (NB - 1));
+	ck_assert_uint_eq(st.ring_cqes, slots); /* one header page a slot */
+	ck_assert_uint_eq(st.err_header, 0);
+	ck_assert_int_eq(kv_tier_fetch(t, &pool, first[0]), 0);
+	ck_assert_int_eq(kv_tier_fetch(t, &pool, last[NB - 2]), 0);
+	settle(t);
+	check_bytes(100, 0, first[0]);
+	check_bytes(100 + rounds - 1, NB - 2, last[NB - 2]);
+	kv_tier_close(t);
+}
+END_TEST
+
+/* kv_tier_drop (DropPrefixCache) forgets every block, those in flight
+ * included, and a restart does not bring them back. */
+START_TEST(test_drop)
+{
+	aligned_pool(NB, 64);
+	struct kv_tier *t = open_tier(16, 42, NULL);
+	struct kv_hash h[3], g[1];
+	fill(14, 3, h);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[i])), 0);
+	settle(t);
+	kv_drop_cache(&pool);
+	fill(14, 3, h); /* the same blocks again, in the pool */
+	ck_assert_int_eq(kv_tier_clean(t, &pool, 7), 1);   /* h[2] from the pool, in flight */
+	int32_t held = block_of(h[2]);
+	kv_drop_cache(&pool);                           /* h[2] is held: stays */
+	ck_assert_int_eq(kv_tier_fetch(t, &pool, h[0]), 0); /* a read in flight */
+	n_logs = 0;
+	kv_tier_drop(t, &pool);
+	for (int i = 0; i < 3; i++)
+		ck_assert(!kv_tier_has(t, h[i]));
+	ck_assert(!kv_tier_pending(t, h[0]));
+	ck_assert_int_eq(n_logs, 1);
+	ck_assert_ptr_nonnull(strstr(last_log, "dropped"));
+	settle(t);
+	/* the read is not published; the held block is freed, not cached */
+	ck_assert(!kv_pool_has(&pool, h[0]));
+	ck_assert(!kv_pool_has(&pool, h[2]));
+	ck_assert(!pool.meta[held].hashed);
+	ck_assert_int_eq(kv_available(&pool), NB);
+	ck_assert_int_eq(pool.n_cached, 0);
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert_int_eq(st.slots_used, 0);
+	ck_assert_uint_eq(st.drops, 1);
+	ck_assert_uint_eq(st.blocks_in, 0);
+	/* what is saved after the drop is kept, and only that survives */
+	fill(15, 1, g);
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(g[0])), 0);
+	settle(t);
+	kv_tier_close(t);
+	t = open_tier(16, 42, NULL);
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.warm_blocks, 1);
+	ck_assert(kv_tier_has(t, g[0]));
+	ck_assert(!kv_tier_has(t, h[0]) && !kv_tier_has(t, h[1]));
+	ck_assert_uint_ge(st.err_header, 2); /* the old epoch's slots, left out */
+	kv_tier_close(t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tier");
@@ -416,6 +674,12 @@ int main(void)
 	tcase_add_test(tc, test_fault_write);
 	tcase_add_test(tc, test_enospc_at_open);
 	tcase_add_test(tc, test_in_use);
+	tcase_add_test(tc, test_clean_registered);
+	tcase_add_test(tc, test_clean_fault);
+	tcase_add_test(tc, test_pool_unregistered);
+	tcase_add_test(tc, test_save_never_waits);
+	tcase_add_test(tc, test_scan_batches);
+	tcase_add_test(tc, test_drop);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

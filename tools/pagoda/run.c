@@ -91,6 +91,9 @@ static void print_offload(const struct engine_stats *st)
 		(unsigned long long)o->dropped_writes, (unsigned long long)o->err_crc,
 		(unsigned long long)o->err_short, (unsigned long long)o->err_io, (unsigned long long)o->err_nospc,
 		(unsigned long long)o->err_header);
+	fprintf(stderr, "pagoda: offload without a copy: in %llu, out %llu blocks; the pool %s with io_uring\n",
+		(unsigned long long)o->zero_copy_in, (unsigned long long)o->zero_copy_out,
+		o->pool_bufs ? "registered" : o->pool_unregistered ? "NOT registered (RLIMIT_MEMLOCK?)" : "not registered");
 	fprintf(stderr, "pagoda: offload read latency (us, count):");
 	for (int i = 0; i < 16; i++)
 		if (o->read_lat_us[i])
