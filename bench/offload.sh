@@ -76,7 +76,20 @@ if [ -n "$TR" ]; then
 	rm -rf "$DIR/read"
 	mkdir -p "$DIR/read"
 	# one line per round, then one per figure (medians, the warm-up round left out)
-	"$TR" "$DIR/read" "${OFFLOAD_BLOCKS:-500}" $((ROUNDS + 1))
+	"$TR" "$DIR/read" "${OFFLOAD_BLOCKS:-500}" $((ROUNDS + 1)) | tee "$W/tier_read.out"
+	# fio's sequential O_DIRECT read of the same file at queue depth 32, where
+	# fio is installed: the disk's ceiling rather than a one-at-a-time loop
+	if command -v fio >/dev/null; then
+		bw=$(fio --name=tier --filename="$DIR/read/pagoda-kv.tier" --readonly --rw=read --bs=364544 \
+			--direct=1 --ioengine=io_uring --iodepth=32 --numjobs=1 --loops="$ROUNDS" \
+			--output-format=terse --terse-version=3 2>/dev/null | cut -d';' -f7)
+		if [ -n "$bw" ]; then
+			gbs=$(awk -v k="$bw" 'BEGIN {printf "%.3f", k * 1024 / 1e9}')
+			tier=$(sed -n 's/^tier restore .*: \([0-9.]*\) GB\/s$/\1/p' "$W/tier_read.out")
+			say "fio O_DIRECT sequential read, depth 32, same file: $gbs GB/s"
+			say "tier / fio: $(awk -v a="$tier" -v b="$gbs" 'BEGIN {printf "%.0f", (b > 0 ? 100 * a / b : 0)}')% (target >= 80%)"
+		fi
+	fi
 	rm -rf "$DIR/read"
 fi
 rm -rf "$DIR/tier"

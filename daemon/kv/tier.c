@@ -1030,6 +1030,9 @@ static int setup_file(struct kv_tier *t, const struct kv_tier_opts *o, char *err
 		int e = errno;
 		if (e == EOPNOTSUPP)
 			e = posix_fallocate(t->fd, 0, bytes);
+		/* what was had goes back to the file system at once */
+		if (!t->warm && ftruncate(t->fd, 0) < 0)
+			e = e ? e : errno;
 		if (e == ENOSPC || e == EDQUOT)
 			r = err_at(err, errlen, -ENOSPC,
 				   "offload tier %s: cannot preallocate %lld bytes (--offload-size): no space left on "
