@@ -130,8 +130,16 @@ if [ -n "$BT" ]; then
 	[ "$(v in)" -gt 50 ] && [ "$(v inb)" = $(($(v in) * 32768)) ] && ok || bad "kv__swap_in: $(cat "$D/bt")"
 	[ "$(v out)" -gt 50 ] && [ "$(v outb)" = $(($(v out) * 32768)) ] && ok || bad "kv__swap_out: $(cat "$D/bt")"
 fi
-echo "offload: 16 conversations: prefilled $((pre2 - pre1)), tier blocks in $in2 out $(stat_of OffloadBlocksOut)," \
-	"preemptions $(stat_of Preemptions), swap-out blocks $(stat_of OffloadSwapOutBlocks)" >&2
+# the blocks went to and from the pool without a copy: read straight in,
+# and written ahead of eviction straight out (the pool registered, as root)
+[ "$(stat_of OffloadZeroCopyIn)" = "$in2" ] && ok || bad "reads not straight into the pool: $(stat_of OffloadZeroCopyIn) of $in2"
+[ "$(stat_of OffloadZeroCopyOut)" -gt 0 ] && ok || bad "no write straight from the pool"
+if [ "$(id -u)" = 0 ]; then
+	[ "$(stat_of OffloadPoolRegistered)" = 1 ] && ok || bad "the pool is not registered with io_uring: $(cat "$D/log1")"
+fi
+echo "offload: 16 conversations: prefilled $((pre2 - pre1)), tier blocks in $in2 out $(stat_of OffloadBlocksOut)" \
+	"(from the pool $(stat_of OffloadZeroCopyOut)), preemptions $(stat_of Preemptions), swap-out blocks" \
+	"$(stat_of OffloadSwapOutBlocks), dropped writes $(stat_of OffloadDroppedWrites)" >&2
 stop_daemon
 
 # 2. Warm restart: the first request with the known prefix is served from
