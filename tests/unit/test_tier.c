@@ -566,6 +566,37 @@ START_TEST(test_pool_unregistered)
 }
 END_TEST
 
+/* Direct I/O from and into the registered pool through an SQPOLL ring,
+ * and its warm scan. */
+START_TEST(test_sqpoll_direct)
+{
+	aligned_pool(NB, 64);
+	sqpoll = true;
+	struct kv_tier *t = open_tier(16, 42, NULL);
+	struct kv_hash h[3];
+	fill(16, 3, h);
+	ck_assert_int_eq(kv_tier_clean(t, &pool, 6), 2);
+	ck_assert_int_eq(kv_tier_save(t, &pool, block_of(h[0])), 0);
+	settle(t);
+	kv_tier_close(t);
+	kv_drop_cache(&pool);
+	t = open_tier(16, 42, NULL);
+	sqpoll = false;
+	struct kv_tier_stats st;
+	kv_tier_get_stats(t, &st);
+	ck_assert(st.sqpoll);
+	ck_assert_uint_eq(st.warm_blocks, 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(kv_tier_fetch(t, &pool, h[i]), 0);
+	settle(t);
+	for (int i = 0; i < 3; i++)
+		check_bytes(16, i, h[i]);
+	kv_tier_get_stats(t, &st);
+	ck_assert_uint_eq(st.zero_copy_in, 3);
+	kv_tier_close(t);
+}
+END_TEST
+
 /* With every slot in flight a save is dropped and counted at once: the
  * engine never waits on the disk there. */
 START_TEST(test_save_never_waits)
@@ -697,6 +728,7 @@ int main(void)
 	tcase_add_test(tc, test_clean_fault);
 	tcase_add_test(tc, test_pool_unregistered);
 	tcase_add_test(tc, test_save_never_waits);
+	tcase_add_test(tc, test_sqpoll_direct);
 	tcase_add_test(tc, test_scan_batches);
 	tcase_add_test(tc, test_drop);
 	suite_add_tcase(s, tc);
