@@ -583,6 +583,12 @@ static int parse_cqe(pagoda_t *pg, struct pagoda_event *ev)
 		ev->stats.gen_tokens = c->u.stats.gen_tokens;
 		ev->stats.n_ctx = c->u.stats.n_ctx;
 		ev->stats.draining = c->u.stats.draining;
+		ev->stats.requests_submitted = c->u.stats.requests_submitted;
+		ev->stats.requests_failed = c->u.stats.requests_failed;
+		ev->stats.requests_cancelled = c->u.stats.requests_cancelled;
+		ev->stats.prompt_tokens = c->u.stats.prompt_tokens;
+		ev->stats.cached_prompt_tokens = c->u.stats.cached_prompt_tokens;
+		ev->stats.preemptions = c->u.stats.preemptions;
 		return 0;
 	}
 	return PAGODA_E_PROTO;

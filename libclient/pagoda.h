@@ -166,6 +166,10 @@ struct pagoda_stats {
 	int running, waiting, clients, inflight, n_ctx, draining;
 	int64_t kv_blocks_total, kv_blocks_used;
 	uint64_t requests_finished, gen_tokens;
+	uint64_t requests_submitted, requests_failed, requests_cancelled;
+	uint64_t prompt_tokens;        /* of admitted requests */
+	uint64_t cached_prompt_tokens; /* of those, found in the prefix cache */
+	uint64_t preemptions;
 };
 
 struct pagoda_event {

@@ -207,6 +207,9 @@ struct pg_cqe {
 			int64_t kv_blocks_total, kv_blocks_used;
 			uint64_t requests_finished, gen_tokens;
 			int32_t n_ctx, draining;
+			/* since the gateway's metrics; zero from an older daemon */
+			uint64_t requests_submitted, requests_failed, requests_cancelled;
+			uint64_t prompt_tokens, cached_prompt_tokens, preemptions;
 		} stats;
 		uint8_t raw[104];
 	} u;

@@ -107,6 +107,12 @@ static void fill_stats(struct server *s, struct pg_cqe *e)
 	e->u.stats.gen_tokens = st.gen_tokens;
 	e->u.stats.n_ctx = s->n_ctx;
 	e->u.stats.draining = atomic_load(&s->draining);
+	e->u.stats.requests_submitted = st.requests_submitted;
+	e->u.stats.requests_failed = st.requests_failed;
+	e->u.stats.requests_cancelled = st.requests_cancelled;
+	e->u.stats.prompt_tokens = st.prompt_tokens;
+	e->u.stats.cached_prompt_tokens = st.cached_prompt_tokens;
+	e->u.stats.preemptions = st.preemptions;
 }
 
 static int client_nreqs(struct client *c)
