@@ -145,6 +145,10 @@ CLIENT_DEP := $(if $(CLIENT_SRCS),$(CLIENT_A))
 # Libraries one tool alone needs: `pagoda chat` edits lines with libedit.
 TOOL_LIBS_pagoda = $(shell pkg-config --libs libedit)
 $(BUILD)/obj/tools/pagoda/%.o: CPPFLAGS += $(shell pkg-config --cflags libedit)
+# pagoda-gateway serves HTTP with libmicrohttpd and speaks JSON with jansson.
+GATEWAY_PKGS := libmicrohttpd jansson
+TOOL_LIBS_pagoda-gateway = $(shell pkg-config --libs $(GATEWAY_PKGS))
+$(BUILD)/obj/tools/pagoda-gateway/%.o: CPPFLAGS += $(shell pkg-config --cflags $(GATEWAY_PKGS))
 define tool_rule
 $(BUILD)/$(1): $(call obj,$(wildcard tools/$(1)/*.c)) $(ENGINE_LIB) $(CLIENT_DEP)
 	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(ENGINE_LIB) $(CLIENT_DEP) $$(LDLIBS) $$(TOOL_LIBS_$(1))
@@ -153,6 +157,9 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
 # A test of a tool's insides links that tool's object (never its main.o).
 $(BUILD)/tests/test_mkmodel: $(call obj,tools/pagoda-mkmodel/mkmodel.c)
+$(BUILD)/tests/test_gateway: $(call obj,tools/pagoda-gateway/req.c tools/pagoda-gateway/reply.c tools/pagoda-gateway/auth.c)
+$(BUILD)/tests/test_gateway: LDLIBS += $(shell pkg-config --libs jansson)
+$(BUILD)/obj/tests/unit/test_gateway.o: CPPFLAGS += $(shell pkg-config --cflags jansson)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(SERVER_LIB) $(ENGINE_LIB) $(if $(CLIENT_SRCS),$(CLIENT_A))
 	@mkdir -p $(@D)
@@ -228,10 +235,12 @@ FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=u
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 # Each fuzz target lists the sources it needs on a line "// fuzz-sources: a.c b.c".
 fuzz_deps = $(shell sed -n 's@^// fuzz-sources: @@p' $(1))
+# Libraries a target needs beyond the project's own.
+FUZZ_LIBS_fuzz_gateway_req = $(shell pkg-config --libs jansson)
 .SECONDEXPANSION:
 $(BUILD)/fuzz/%: tests/fuzz/%.c $$(call fuzz_deps,tests/fuzz/$$*.c)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $^ $(LDLIBS)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $^ $(LDLIBS) $(FUZZ_LIBS_$*)
 
 fuzz: $(FUZZ_BINS)
 	@sh tests/run-fuzz.sh $(FUZZ_TIME) $(FUZZ_BINS)

@@ -21,7 +21,7 @@ D=$DESTDIR
 
 files() {
 	# source  destination  mode
-	for b in pagoda pagodad pagoda-mkmodel pagoda-bench pagoda-trace; do
+	for b in pagoda pagodad pagoda-mkmodel pagoda-bench pagoda-trace pagoda-gateway; do
 		[ -e "$BUILD/$b" ] && echo "$BUILD/$b $BINDIR/$b 0755"
 	done
 	echo "$BUILD/libpagoda.so $LIBDIR/libpagoda.so.0 0755"
@@ -32,6 +32,8 @@ files() {
 	echo "@pc $LIBDIR/pkgconfig/pagoda.pc 0644"
 	echo "@unit $UNITDIR/pagodad.service 0644"
 	echo "systemd/pagodad.socket $UNITDIR/pagodad.socket 0644"
+	echo "@gwunit $UNITDIR/pagoda-gateway.service 0644"
+	echo "systemd/pagoda-gateway.socket $UNITDIR/pagoda-gateway.socket 0644"
 	echo "systemd/pagoda.sysusers.conf $SYSUSERSDIR/pagoda.conf 0644"
 	echo "systemd/pagoda.tmpfiles.conf $TMPFILESDIR/pagoda.conf 0644"
 	echo "systemd/org.pagoda.Daemon1.conf $DBUSDIR/org.pagoda.Daemon1.conf 0644"
@@ -51,6 +53,7 @@ install_one() {
 	@pc) sed "s|@PREFIX@|$PREFIX|; s|@VERSION@|$VERSION|; s|^libdir=.*|libdir=$LIBDIR|; s|^includedir=.*|includedir=$INCLUDEDIR|" \
 		libclient/pagoda.pc.in > "$D$dst" ;;
 	@unit) sed "s|@BINDIR@|$BINDIR|g; s|@SYSCONFDIR@|$SYSCONFDIR|g" systemd/pagodad.service.in > "$D$dst" ;;
+	@gwunit) sed "s|@BINDIR@|$BINDIR|g; s|@SYSCONFDIR@|$SYSCONFDIR|g" systemd/pagoda-gateway.service.in > "$D$dst" ;;
 	*) cp "$src" "$D$dst" ;;
 	esac
 	chmod "$mode" "$D$dst"
@@ -68,6 +71,10 @@ install)
 		cp systemd/pagodad.conf "$D$SYSCONFDIR/pagoda/pagodad.conf"
 		echo "  $SYSCONFDIR/pagoda/pagodad.conf"
 	fi
+	if [ ! -e "$D$SYSCONFDIR/pagoda/gateway.conf" ]; then
+		cp systemd/gateway.conf "$D$SYSCONFDIR/pagoda/gateway.conf"
+		echo "  $SYSCONFDIR/pagoda/gateway.conf"
+	fi
 	if [ -z "$D" ] && [ "$(id -u)" = 0 ]; then
 		command -v systemd-sysusers >/dev/null && systemd-sysusers "$SYSUSERSDIR/pagoda.conf" || true
 		command -v systemd-tmpfiles >/dev/null && systemd-tmpfiles --create "$TMPFILESDIR/pagoda.conf" || true
@@ -82,6 +89,6 @@ uninstall)
 	[ -n "$D" ] && for d in "$DATADIR/bpf" "$DATADIR" "$LIBDIR/pkgconfig" "$UNITDIR" "$SYSUSERSDIR" "$TMPFILESDIR" "$MANDIR/man1" "$MANDIR/man3" "$MANDIR/man8"; do
 		rmdir "$D$d" 2>/dev/null || true
 	done
-	echo "  kept $SYSCONFDIR/pagoda/pagodad.conf (remove it by hand if unwanted)"
+	echo "  kept $SYSCONFDIR/pagoda/pagodad.conf and gateway.conf (remove them by hand if unwanted)"
 	;;
 esac

@@ -13,6 +13,8 @@ for f in "$@"; do
 			echo "fuzz $name: seeds from test data (PAGODA_TESTDATA unset)" >>"$PAGODA_SKIPLOG"
 	fi
 	[ -x "tests/fuzz/seed-$name.sh" ] && sh "tests/fuzz/seed-$name.sh" "$corpus"
+	# Seeds kept in the tree (small request bodies and the like).
+	[ -d "tests/fuzz/seeds-$name" ] && cp tests/fuzz/seeds-"$name"/* "$corpus"/
 	if "$f" -artifact_prefix="${PAGODA_BUILD:-build}/fuzz/$name-" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 "$corpus" \
 		> "${PAGODA_BUILD:-build}/fuzz/$name.log" 2>&1; then
 		pass=$((pass + 1))

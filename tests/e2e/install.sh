@@ -81,5 +81,5 @@ grep -q "# edited" "$D/etc/pagoda/pagodad.conf" && ok || bad "reinstall overwrot
 
 sh mk/install.sh uninstall "$D" "$P" "$B" >"$D/ulog" 2>&1 && ok || bad "uninstall: $(cat "$D/ulog")"
 left=$(cd "$D" && find ./usr ./etc -type f -o -type l 2>/dev/null | sort | tr '\n' ' ')
-[ "$left" = "./etc/pagoda/pagodad.conf " ] && ok || bad "left after uninstall: $left"
+[ "$left" = "./etc/pagoda/gateway.conf ./etc/pagoda/pagodad.conf " ] && ok || bad "left after uninstall: $left"
 finish

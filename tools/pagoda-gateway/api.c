@@ -1,0 +1,458 @@
+/* tools/pagoda-gateway/api.c — POST /v1/completions and /v1/chat/completions:
+ * one pagoda request each, answered whole or streamed as server-sent events
+ * (chunks, then a usage chunk when asked, then `data: [DONE]`). A client
+ * that goes away cancels its request: its socket is watched while the
+ * request waits, and a failed write ends the stream. */
+#include "tools/pagoda-gateway/gw.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WAIT_MS 200 /* how often a waiting request looks at its client */
+
+struct MHD_Response *gw_api_json_response(char *body, size_t len)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	if (r)
+		MHD_add_response_header(r, "Content-Type", "application/json");
+	else
+		free(body);
+	return r;
+}
+
+struct MHD_Response *gw_api_error(const struct gw_err *e, int *status)
+{
+	size_t len = 0;
+	char *b = gw_error_body(e, &len);
+	*status = e->status;
+	return b ? gw_api_json_response(b, len) : NULL;
+}
+
+static void pagoda_err(struct gw_err *e, int err, const char *msg, int n_ctx)
+{
+	memset(e, 0, sizeof *e);
+	e->status = 500;
+	e->type = "server_error";
+	switch (err) {
+	case PAGODA_E_CONTEXT:
+		e->status = 400;
+		e->type = "invalid_request_error";
+		snprintf(e->msg, sizeof e->msg,
+			 "the prompt and max_tokens exceed the model's context of %d tokens%s%s", n_ctx,
+			 msg && *msg ? ": " : "", msg ? msg : "");
+		return;
+	case PAGODA_E_INVALID_REQ:
+	case PAGODA_E_INVAL:
+	case PAGODA_E_TOOBIG:
+		e->status = 400;
+		e->type = "invalid_request_error";
+		break;
+	case PAGODA_E_BUSY:
+	case PAGODA_E_AGAIN:
+	case PAGODA_E_LIMIT:
+		e->status = 429;
+		e->type = "rate_limit_error";
+		break;
+	case PAGODA_E_CONNECT:
+	case PAGODA_E_DISCONNECTED:
+	case PAGODA_E_DRAINING:
+	case PAGODA_E_PERM:
+	case PAGODA_E_VERSION:
+		e->status = 503;
+		break;
+	}
+	snprintf(e->msg, sizeof e->msg, "%s%s%s", pagoda_strerror(err), msg && *msg ? ": " : "", msg ? msg : "");
+}
+
+/* The client hung up (or half-closed: an HTTP client sends nothing more
+ * while it waits for its answer). */
+static bool client_gone(int fd)
+{
+	if (fd < 0)
+		return false;
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* The connection's idle timeout guards against slow clients, not slow
+ * generation: it is off while a request waits for tokens, and restarts
+ * (zero, then the value, resets MHD's timer) when there is data to write. */
+static void timeout_off(struct MHD_Connection *conn)
+{
+	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+}
+
+static void timeout_on(struct MHD_Connection *conn, int secs)
+{
+	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)secs);
+}
+
+static int conn_fd(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	return ci ? ci->connect_fd : -1;
+}
+
+static json_t *usage_of(const struct pagoda_timings *t)
+{
+	json_t *u = json_object(), *d = json_object();
+	json_object_set_new(u, "prompt_tokens", json_integer(t->n_prompt));
+	json_object_set_new(u, "completion_tokens", json_integer(t->n_gen));
+	json_object_set_new(u, "total_tokens", json_integer(t->n_prompt + t->n_gen));
+	json_object_set_new(d, "cached_tokens", json_integer(t->n_cached));
+	json_object_set_new(u, "prompt_tokens_details", d);
+	return u;
+}
+
+static json_t *envelope(const char *id, const char *object, time_t created, const char *model)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "id", json_string(id));
+	json_object_set_new(o, "object", json_string(object));
+	json_object_set_new(o, "created", json_integer((json_int_t)created));
+	json_object_set_new(o, "model", json_string(model));
+	return o;
+}
+
+/* ---- one answer ------------------------------------------------------------ */
+static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *conf, const struct gw_req *r,
+				  struct gw_call *call, struct MHD_Connection *conn, int *status)
+{
+	int fd = conn_fd(conn);
+	timeout_off(conn);
+	char *text = NULL;
+	size_t len = 0;
+	struct gw_take t;
+	for (;;) {
+		if (gw_call_take(call, &t, WAIT_MS) < 0) {
+			if (client_gone(fd)) {
+				free(text);
+				gw_call_release(call);
+				timeout_on(conn, conf->timeout_s);
+				return NULL; /* nobody to answer; the request is cancelled */
+			}
+			continue;
+		}
+		if (t.len) {
+			char *n = realloc(text, len + t.len + 1);
+			if (!n) {
+				t.error = PAGODA_E_NOMEM;
+				t.final = true;
+			} else {
+				text = n;
+				memcpy(text + len, t.text, t.len);
+				len += t.len;
+				text[len] = 0;
+			}
+		}
+		free(t.text);
+		if (t.final)
+			break;
+	}
+	gw_call_release(call);
+	timeout_on(conn, conf->timeout_s);
+	if (t.error) {
+		free(text);
+		struct gw_err e;
+		pagoda_err(&e, t.error, t.errmsg, gw_pool_n_ctx(pool));
+		return gw_api_error(&e, status);
+	}
+	char id[48];
+	gw_new_id(id, sizeof id, r->kind == GW_CHAT ? "chatcmpl-" : "cmpl-");
+	json_t *o = envelope(id, r->kind == GW_CHAT ? "chat.completion" : "text_completion", time(NULL),
+			     conf->model_name);
+	json_t *choice = json_object();
+	json_object_set_new(choice, "index", json_integer(0));
+	bool calls = false;
+	if (r->kind == GW_CHAT) {
+		json_t *m = json_object();
+		json_object_set_new(m, "role", json_string("assistant"));
+		char *content = NULL;
+		size_t clen = 0;
+		json_t *tc = r->tools ? gw_parse_tool_calls(text ? text : "", len, &content, &clen) : NULL;
+		if (tc) {
+			calls = true;
+			json_object_set_new(m, "content", content ? gw_json_text(content, clen) : json_null());
+			json_object_set_new(m, "tool_calls", tc);
+			free(content);
+		} else {
+			json_object_set_new(m, "content", gw_json_text(text, len));
+		}
+		json_object_set_new(choice, "message", m);
+	} else {
+		json_object_set_new(choice, "text", gw_json_text(text, len));
+	}
+	free(text);
+	json_object_set_new(choice, "logprobs", json_null());
+	json_object_set_new(choice, "finish_reason", json_string(gw_finish_name(t.finish, calls)));
+	json_t *choices = json_array();
+	json_array_append_new(choices, choice);
+	json_object_set_new(o, "choices", choices);
+	json_object_set_new(o, "usage", usage_of(&t.t));
+	char *s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!s)
+		return NULL;
+	*status = 200;
+	return gw_api_json_response(s, strlen(s));
+}
+
+/* ---- server-sent events ---------------------------------------------------- */
+struct sse {
+	struct gw_call *call;
+	enum gw_kind kind;
+	bool include_usage, tools, done;
+	int fd, n_ctx, timeout_s;
+	struct MHD_Connection *conn;
+	char id[48];
+	const char *model;
+	time_t created;
+	char *out;               /* bytes not yet handed to MHD */
+	size_t len, off, cap;
+	char *held;              /* with tools: the whole reply, parsed at the end */
+	size_t held_len;
+};
+
+static void emit_raw(struct sse *s, const char *b, size_t n)
+{
+	if (s->len + n > s->cap) {
+		size_t cap = s->cap ? s->cap : 4096;
+		while (cap < s->len + n)
+			cap *= 2;
+		char *o = realloc(s->out, cap);
+		if (!o)
+			return;
+		s->out = o;
+		s->cap = cap;
+	}
+	memcpy(s->out + s->len, b, n);
+	s->len += n;
+}
+
+/* One event: "data: {json}\n\n"; takes o. */
+static void emit(struct sse *s, json_t *o)
+{
+	char *j = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!j)
+		return;
+	emit_raw(s, "data: ", 6);
+	emit_raw(s, j, strlen(j));
+	emit_raw(s, "\n\n", 2);
+	free(j);
+}
+
+static json_t *chunk(struct sse *s, json_t *delta_or_text, const char *finish)
+{
+	json_t *o = envelope(s->id, s->kind == GW_CHAT ? "chat.completion.chunk" : "text_completion", s->created,
+			     s->model);
+	json_t *c = json_object();
+	json_object_set_new(c, "index", json_integer(0));
+	json_object_set_new(c, s->kind == GW_CHAT ? "delta" : "text", delta_or_text);
+	json_object_set_new(c, "logprobs", json_null());
+	json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+	json_t *a = json_array();
+	json_array_append_new(a, c);
+	json_object_set_new(o, "choices", a);
+	if (s->include_usage)
+		json_object_set_new(o, "usage", json_null());
+	return o;
+}
+
+static void emit_text(struct sse *s, const char *text, size_t len)
+{
+	if (s->kind == GW_CHAT) {
+		json_t *d = json_object();
+		json_object_set_new(d, "content", gw_json_text(text, len));
+		emit(s, chunk(s, d, NULL));
+	} else {
+		emit(s, chunk(s, gw_json_text(text, len), NULL));
+	}
+}
+
+static void emit_end(struct sse *s, const struct gw_take *t)
+{
+	if (t->error) {
+		struct gw_err e;
+		pagoda_err(&e, t->error, t->errmsg, s->n_ctx);
+		size_t n;
+		char *b = gw_error_body(&e, &n);
+		if (b) {
+			emit_raw(s, "data: ", 6);
+			emit_raw(s, b, n);
+			emit_raw(s, "\n\n", 2);
+			free(b);
+		}
+		emit_raw(s, "data: [DONE]\n\n", 14);
+		return;
+	}
+	bool calls = false;
+	if (s->tools) {
+		char *content = NULL;
+		size_t clen = 0;
+		json_t *tc = gw_parse_tool_calls(s->held ? s->held : "", s->held_len, &content, &clen);
+		if (tc) {
+			calls = true;
+			size_t i;
+			json_t *c;
+			json_array_foreach(tc, i, c)
+				json_object_set_new(c, "index", json_integer((json_int_t)i));
+			if (content)
+				emit_text(s, content, clen);
+			json_t *d = json_object();
+			json_object_set_new(d, "tool_calls", tc);
+			emit(s, chunk(s, d, NULL));
+			free(content);
+		} else if (s->held_len) {
+			emit_text(s, s->held, s->held_len);
+		}
+	}
+	const char *fin = gw_finish_name(t->finish, calls);
+	emit(s, chunk(s, s->kind == GW_CHAT ? json_object() : json_string(""), fin));
+	if (s->include_usage) {
+		json_t *o = envelope(s->id, s->kind == GW_CHAT ? "chat.completion.chunk" : "text_completion",
+				     s->created, s->model);
+		json_object_set_new(o, "choices", json_array());
+		json_object_set_new(o, "usage", usage_of(&t->t));
+		emit(s, o);
+	}
+	emit_raw(s, "data: [DONE]\n\n", 14);
+}
+
+/* Takes what a call gathered into the stream. */
+static void absorb(struct sse *s, struct gw_take *t)
+{
+	if (t->len && s->tools) {
+		char *h = realloc(s->held, s->held_len + t->len + 1);
+		if (h) {
+			memcpy(h + s->held_len, t->text, t->len);
+			s->held = h;
+			s->held_len += t->len;
+			h[s->held_len] = 0;
+		}
+	} else if (t->len) {
+		emit_text(s, t->text, t->len);
+	}
+	free(t->text);
+	t->text = NULL;
+	if (t->final) {
+		emit_end(s, t);
+		s->done = true;
+	}
+}
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct sse *s = cls;
+	for (;;) {
+		if (s->off < s->len) {
+			timeout_on(s->conn, s->timeout_s);
+			size_t n = s->len - s->off < max ? s->len - s->off : max;
+			memcpy(buf, s->out + s->off, n);
+			s->off += n;
+			return (ssize_t)n;
+		}
+		s->off = s->len = 0;
+		if (s->done)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		struct gw_take t;
+		timeout_off(s->conn);
+		if (gw_call_take(s->call, &t, WAIT_MS) < 0) {
+			if (client_gone(s->fd))
+				return MHD_CONTENT_READER_END_WITH_ERROR; /* sse_free cancels */
+			continue;
+		}
+		absorb(s, &t);
+	}
+}
+
+static void sse_free(void *cls)
+{
+	struct sse *s = cls;
+	gw_call_release(s->call);
+	free(s->out);
+	free(s->held);
+	free(s);
+}
+
+static struct MHD_Response *streamed(struct gw_pool *pool, const struct gw_conf *conf, const struct gw_req *r,
+				     struct gw_call *call, struct MHD_Connection *conn, int *status)
+{
+	struct sse *s = calloc(1, sizeof *s);
+	if (!s) {
+		gw_call_release(call);
+		return NULL;
+	}
+	s->call = call;
+	s->kind = r->kind;
+	s->include_usage = r->include_usage;
+	s->tools = r->tools;
+	s->fd = conn_fd(conn);
+	s->conn = conn;
+	s->timeout_s = conf->timeout_s;
+	timeout_off(conn);
+	s->n_ctx = gw_pool_n_ctx(pool);
+	s->model = conf->model_name;
+	s->created = time(NULL);
+	gw_new_id(s->id, sizeof s->id, r->kind == GW_CHAT ? "chatcmpl-" : "cmpl-");
+	if (r->kind == GW_CHAT) {
+		json_t *d = json_object();
+		json_object_set_new(d, "role", json_string("assistant"));
+		json_object_set_new(d, "content", json_string(""));
+		emit(s, chunk(s, d, NULL));
+	}
+	/* The headers wait for the first event, so that a request the daemon
+	 * refuses (context, template) gets its HTTP status, not a 200. */
+	struct gw_take t;
+	while (gw_call_take(call, &t, WAIT_MS) < 0)
+		if (client_gone(s->fd)) {
+			sse_free(s);
+			return NULL;
+		}
+	timeout_on(conn, conf->timeout_s);
+	if (t.final && t.error) {
+		struct gw_err e;
+		free(t.text);
+		pagoda_err(&e, t.error, t.errmsg, s->n_ctx);
+		sse_free(s);
+		return gw_api_error(&e, status);
+	}
+	absorb(s, &t);
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, s, sse_free);
+	if (!resp) {
+		sse_free(s);
+		return NULL;
+	}
+	MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+	MHD_add_response_header(resp, "Cache-Control", "no-cache");
+	*status = 200;
+	return resp;
+}
+
+struct MHD_Response *gw_api_generate(struct gw_pool *pool, const struct gw_conf *conf, enum gw_kind kind,
+				     const char *body, size_t len, struct MHD_Connection *conn, int *status)
+{
+	struct gw_req r;
+	struct gw_err e;
+	if (gw_req_parse(kind, body, len, &r, &e) < 0)
+		return gw_api_error(&e, status);
+	struct gw_call *call;
+	int rc = gw_call_start(pool, &r, &call);
+	struct MHD_Response *resp;
+	if (rc < 0) {
+		pagoda_err(&e, rc, NULL, gw_pool_n_ctx(pool));
+		resp = gw_api_error(&e, status);
+	} else if (r.stream) {
+		resp = streamed(pool, conf, &r, call, conn, status);
+	} else {
+		resp = whole(pool, conf, &r, call, conn, status);
+	}
+	gw_req_free(&r);
+	return resp;
+}

@@ -1,0 +1,143 @@
+/* tools/pagoda-gateway/gw.h — pagoda-gateway's rooms: the OpenAI-compatible
+ * HTTP gateway in front of pagodad (docs/gateway.md). Every file of this
+ * folder includes this header; nothing outside the folder does, but the
+ * fuzz target of the request mapping (req.c). */
+#ifndef PAGODA_GW_H
+#define PAGODA_GW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "libclient/pagoda.h"
+
+/* ---- conf.c: keys of the config file, each also a flag -------------------- */
+struct gw_conf {
+	char listen[128];        /* ADDR:PORT */
+	char socket[256];        /* pagodad's socket ("" = libpagoda's default) */
+	char config[256];
+	char model_name[128];    /* the id /v1/models shows */
+	char api_key_file[256];
+	int connections;         /* libpagoda connections */
+	int max_connections;     /* HTTP connections at once */
+	int max_connections_per_ip;
+	int timeout_s;           /* idle HTTP connection */
+	int64_t max_body;        /* request body bytes */
+	int max_header;          /* bytes of a request's headers (MHD's pool) */
+	bool quiet;
+};
+void gw_conf_defaults(struct gw_conf *c);
+/* Flags first pass finds --config; then the file, then the flags again
+ * (flags win). 0, or -1 with the reason in err; 1 for --help. */
+int gw_conf_load(struct gw_conf *c, int argc, char **argv, char *err, size_t errlen);
+void gw_conf_usage(void);
+
+/* ---- req.c: an OpenAI request body -> a pagoda request -------------------- */
+enum gw_kind { GW_COMPLETION = 1, GW_CHAT = 2 };
+
+struct gw_err {
+	int status;          /* HTTP status */
+	const char *type;    /* OpenAI error type */
+	char param[48];      /* offending field, "" when none */
+	char msg[256];
+};
+
+struct gw_req {
+	enum gw_kind kind;
+	bool stream, include_usage;
+	bool to_context;            /* no max_tokens: until the end of the context */
+	bool seed_set;              /* else the pool draws one (OpenAI: random) */
+	struct pagoda_params p;     /* p.stop[] point into stop_buf */
+	char stop_buf[PAGODA_MAX_STOP][PAGODA_STOP_LEN + 1];
+	/* the prompt: text, ids, or (GW_CHAT) the chat request as JSON */
+	char *text;
+	size_t text_len;
+	int32_t *ids;
+	size_t n_ids;
+	bool tools;                 /* tools offered: parse tool calls from the reply */
+};
+/* 0, or -1 with err filled (status 400 and OpenAI's wording). */
+int gw_req_parse(enum gw_kind kind, const char *body, size_t len, struct gw_req *r, struct gw_err *err);
+void gw_req_free(struct gw_req *r);
+
+/* ---- pool.c: connections to pagodad, requests multiplexed ------------------ */
+struct gw_pool;
+struct gw_call;
+
+/* What a call has gathered since the last gw_call_take: text of the tokens
+ * that arrived, and the end when it came. */
+struct gw_take {
+	char *text;          /* malloc'd, NUL-terminated (caller frees); may be NULL */
+	size_t len;
+	int n_tokens;
+	bool final;
+	int finish;          /* PAGODA_FINISH_* when final and !error */
+	int error;           /* a negative pagoda_error when the request failed */
+	char errmsg[128];
+	struct pagoda_timings t;
+};
+
+int gw_pool_open(const char *socket, int n, struct gw_pool **out);
+void gw_pool_close(struct gw_pool *p);
+bool gw_pool_up(struct gw_pool *p);  /* a connection to pagodad is open */
+int gw_pool_last_error(struct gw_pool *p); /* why the last connect failed (a pagoda_error) */
+int gw_pool_n_ctx(struct gw_pool *p);
+/* A daemon-wide snapshot (PG_OP_STATS) within timeout_ms. */
+int gw_pool_stats(struct gw_pool *p, struct pagoda_stats *st, int timeout_ms);
+/* Submits r on the least busy connection. A negative pagoda_error on failure. */
+int gw_call_start(struct gw_pool *p, const struct gw_req *r, struct gw_call **out);
+/* Waits up to timeout_ms for something new. 0 (t filled, maybe empty) or
+ * PAGODA_E_TIMEOUT. */
+int gw_call_take(struct gw_call *c, struct gw_take *t, int timeout_ms);
+/* Cancels the request unless it ended, and lets go of it. */
+void gw_call_release(struct gw_call *c);
+
+/* ---- metrics.c: counters and histograms, Prometheus text ------------------- */
+void gw_metrics_init(const char *model_name);
+void gw_metrics_http(const char *route, int status);
+/* A request ended: its timings, measured by the daemon. */
+void gw_metrics_done(const struct pagoda_timings *t, int finish);
+/* The gap between two tokens of one request as they reached the gateway. */
+void gw_metrics_itl(uint64_t ns);
+/* The text exposition; st may be NULL (daemon unreachable). malloc'd. */
+char *gw_metrics_render(const struct pagoda_stats *st, bool daemon_up, size_t *len);
+
+/* ---- reply.c: OpenAI's response objects ------------------------------------ */
+struct json_t;
+/* Text as a JSON string value, invalid UTF-8 replaced by U+FFFD. */
+struct json_t *gw_json_text(const char *s, size_t len);
+char *gw_error_body(const struct gw_err *e, size_t *len);
+const char *gw_finish_name(int finish, bool tool_calls);
+/* A tool call reply in Hermes/Qwen (<tool_call>{json}</tool_call>) or
+ * Llama 3.x ({"name": ..., "parameters": ...}) form: an array of OpenAI
+ * tool_calls, or NULL when the text is not one. */
+struct json_t *gw_parse_tool_calls(const char *text, size_t len, char **content, size_t *content_len);
+void gw_new_id(char *buf, size_t len, const char *prefix);
+
+/* ---- openapi.c --------------------------------------------------------------- */
+extern const char gw_openapi_json[];
+
+/* ---- auth.c: API keys -------------------------------------------------------- */
+/* Loads one key a line ('#' comments). 0 or -1 with err. */
+int gw_auth_load(const char *path, char *err, size_t errlen);
+bool gw_auth_enabled(void);
+/* Authorization: "Bearer KEY" against every key, in constant time. */
+bool gw_auth_check(const char *authorization);
+
+/* ---- http.c: the server ------------------------------------------------------ */
+struct gw_server;
+int gw_http_start(const struct gw_conf *c, struct gw_pool *pool, int listen_fd, struct gw_server **out,
+		  char *err, size_t errlen);
+void gw_http_stop(struct gw_server *s);
+
+/* ---- api.c: the generation routes -------------------------------------------- */
+struct MHD_Connection;
+struct MHD_Response;
+/* Runs one completion or chat request; returns the response to queue and
+ * its status. */
+struct MHD_Response *gw_api_generate(struct gw_pool *pool, const struct gw_conf *conf, enum gw_kind kind,
+				     const char *body, size_t len, struct MHD_Connection *conn, int *status);
+struct MHD_Response *gw_api_json_response(char *body, size_t len);
+struct MHD_Response *gw_api_error(const struct gw_err *e, int *status);
+
+#endif
