@@ -284,14 +284,15 @@ static int completion_only(json_t *o, struct gw_err *e)
 }
 
 /* ---- chat -------------------------------------------------------------------- */
-/* content: a string, or text parts joined; null only for an assistant
- * message that calls tools. */
-static json_t *content_of(json_t *m, const char *role, bool has_calls, struct gw_err *e)
+/* content: a string, or text parts joined. An assistant message that only
+ * calls tools may have none: it becomes "", as templates apply string
+ * tests ('x' in content) to it (vLLM does the same). */
+static json_t *content_of(json_t *m, const char *role, struct gw_err *e)
 {
 	json_t *c = json_object_get(m, "content");
 	if (absent(c)) {
 		if (!strcmp(role, "assistant"))
-			return has_calls ? json_null() : json_string("");
+			return json_string("");
 		fail(e, "messages", "a '%s' message needs 'content'", role);
 		return NULL;
 	}
@@ -383,7 +384,7 @@ static int chat(json_t *o, struct gw_req *r, struct gw_err *e)
 		}
 		json_t *calls = json_object_get(m, "tool_calls");
 		bool has_calls = !absent(calls) && strcmp(rs, "assistant") == 0;
-		json_t *c = content_of(m, rs, has_calls, e);
+		json_t *c = content_of(m, rs, e);
 		if (!c) {
 			json_decref(req);
 			return -1;
