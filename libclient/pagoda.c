@@ -397,6 +397,7 @@ static int fill_params(struct pg_sqe *e, const struct pagoda_params *p)
 	e->repeat_penalty = p->repeat_penalty;
 	e->repeat_last_n = p->repeat_last_n;
 	e->seed = p->seed;
+	e->cache_scope = p->cache_scope;
 	e->n_stop = (uint32_t)p->n_stop;
 	for (int i = 0; i < p->n_stop; i++) {
 		size_t l = p->stop[i] ? strlen(p->stop[i]) : 0;

@@ -90,6 +90,10 @@ struct pagoda_params {
 	int n_stop;            /* <= PAGODA_MAX_STOP */
 	const char *stop[PAGODA_MAX_STOP]; /* 1..PAGODA_STOP_LEN bytes each */
 	unsigned flags;        /* PAGODA_CLAMP_MAX_TOKENS */
+	/* 0, or a scope within this user's prefix cache: requests of other
+	 * scopes never share cached prompt blocks with it (for a client that
+	 * serves several tenants). */
+	uint32_t cache_scope;
 };
 /* max_tokens is cut to the context left after the prompt instead of the
  * request failing with PAGODA_E_CONTEXT. */

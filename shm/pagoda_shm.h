@@ -156,7 +156,11 @@ struct pg_sqe {
 	uint32_t n_stop;      /* <= PG_MAX_STOP */
 	uint64_t seed;
 	uint8_t stop_len[PG_MAX_STOP]; /* 1..PG_STOP_LEN, no NUL bytes */
-	uint32_t reserved;
+	/* A scope within the client's own prefix-cache scope (0: none): the
+	 * daemon mixes it into the request's cache salt, so a client serving
+	 * several tenants (pagoda-gateway, per API key) keeps them apart. It
+	 * can narrow a scope, never widen it. Was reserved (0). */
+	uint32_t cache_scope;
 	char stop[PG_MAX_STOP][PG_STOP_LEN];
 };
 

@@ -330,6 +330,7 @@ int engine_submit(struct engine *e, struct engine_req *r)
 	}
 	memcpy(s->tokens, r->prompt, r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = r->n_prompt;
+	s->kv.salt = r->cache_salt;
 	s->max_tokens = r->max_tokens > 0 ? r->max_tokens : e->n_ctx - r->n_prompt;
 	s->req = r;
 	tok_stream_init(&s->ts);

@@ -103,6 +103,7 @@ struct engine_req {
 	void *user;
 	struct req_timings timings; /* valid in on_done */
 	void *priv;                 /* engine's */
+	uint64_t cache_salt;        /* prefix-cache scope (kv_seq.salt); 0: global */
 };
 
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen);

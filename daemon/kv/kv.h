@@ -68,6 +68,10 @@ struct kv_seq {
 	int32_t *blocks;     /* block table */
 	int n_blocks, cap;
 	int n_hashed;        /* leading blocks whose hash chain is known */
+	/* The root of its hash chain: sequences of different salts never
+	 * share a cached block (prefix-cache scope); 0 is the global cache.
+	 * Kept across kv_seq_release. */
+	uint64_t salt;
 };
 
 /* Has the backend allocate the blocks' bytes (pg_backend_kv_alloc), then

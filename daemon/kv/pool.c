@@ -228,7 +228,7 @@ static int grow_table(struct kv_seq *s, int need)
 
 static struct kv_hash parent_of(const struct kv_pool *p, const struct kv_seq *s, int i)
 {
-	return i == 0 ? (struct kv_hash){ 0x70a60da, 0 } : p->meta[s->blocks[i - 1]].hash;
+	return i == 0 ? (struct kv_hash){ 0x70a60da, s->salt } : p->meta[s->blocks[i - 1]].hash;
 }
 
 int kv_seq_match_prefix(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n)
@@ -318,7 +318,9 @@ void kv_seq_release(struct kv_pool *p, struct kv_seq *s)
 			p->free_list[p->n_free++] = b;
 	}
 	free(s->blocks);
+	uint64_t salt = s->salt; /* a preempted sequence comes back in its scope */
 	memset(s, 0, sizeof *s);
+	s->salt = salt;
 }
 
 void kv_drop_cache(struct kv_pool *p)

@@ -54,6 +54,8 @@ static const struct key keys[] = {
 	  "completions queued for slow readers, daemon-wide; a connection may hold 1/16, a user 1/4 (default 256M)" },
 	{ "arena-size", 0, K_SIZE, F(arena_size), false, "per-client prompt arena bytes (default 1M)" },
 	{ "log-level", 'v', K_LEVEL, F(log_level), true, "emerg..debug or 0..7 (default info)" },
+	{ "prefix-cache-scope", 0, K_STR, F(prefix_cache_scope), true,
+	  "who shares cached prompt blocks: user (default), group (primary group) or global" },
 	{ "bus", 0, K_STR, F(bus), false, "D-Bus: system, session, none or auto (default: system bus for a system service)" },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -72,6 +74,7 @@ void config_defaults(struct srv_config *c)
 	c->arena_size = 1 << 20;
 	c->log_level = LOG_INFO;
 	snprintf(c->backend, sizeof c->backend, "auto");
+	snprintf(c->prefix_cache_scope, sizeof c->prefix_cache_scope, "user");
 }
 
 void config_usage(FILE *f)

@@ -37,6 +37,7 @@ struct srv_config {
 	int log_level;
 	char bus[16]; /* auto, system, session, none */
 	char backend[16]; /* cpu, cuda, auto */
+	char prefix_cache_scope[16]; /* user, group, global */
 
 	uint64_t set_by_flag; /* bit per key */
 };

@@ -303,6 +303,7 @@ void conn_accept(struct server *s)
 		c->efd = -1;
 		c->pid = cr.pid;
 		c->uid = cr.uid;
+		c->gid = cr.gid;
 		c->ua = ua;
 		c->refs = 1;
 		pthread_mutex_init(&c->lock, NULL);

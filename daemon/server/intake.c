@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 /* Called locked. */
 static struct sreq *next_locked(struct server *s)
@@ -68,6 +69,23 @@ static char *render_chat(struct server *s, const char *buf, size_t len, size_t *
 /* Tokenizes (or checks the ids) and checks the context: 0 with r->er
  * ready and *owned the ids to free after engine_submit, or an
  * ENGINE_ERR_* with msg. Frees r->buf either way. */
+/* The request's prefix-cache salt: its user's (or primary group's) scope,
+ * narrowed by the scope the client asked for; 0 (the global cache) only
+ * when the daemon's scope is global and the client asked for none. */
+static uint64_t cache_salt(struct server *s, const struct client *c, uint32_t client_scope)
+{
+	int scope = __atomic_load_n(&s->cache_scope, __ATOMIC_RELAXED);
+	if (scope == SCOPE_GLOBAL && client_scope == 0)
+		return 0;
+	uint32_t key[3] = { (uint32_t)scope, 0, client_scope };
+	if (scope == SCOPE_USER)
+		key[1] = (uint32_t)c->uid;
+	else if (scope == SCOPE_GROUP)
+		key[1] = (uint32_t)c->gid;
+	uint64_t h = XXH3_64bits(key, sizeof key);
+	return h ? h : 1;
+}
+
 static int prepare(struct server *s, struct sreq *r, int32_t **owned, char *msg, size_t ml)
 {
 	const struct pg_sqe *e = &r->sqe;
@@ -137,6 +155,7 @@ static int prepare(struct server *s, struct sreq *r, int32_t **owned, char *msg,
 	r->er.sampling.repeat_penalty = e->repeat_penalty;
 	r->er.sampling.repeat_last_n = e->repeat_last_n;
 	r->er.sampling.seed = e->seed;
+	r->er.cache_salt = cache_salt(s, r->c, e->cache_scope);
 	r->er.n_stop = (int)e->n_stop;
 	for (uint32_t i = 0; i < e->n_stop && i < ENGINE_MAX_STOP; i++) {
 		memcpy(r->er.stop[i], e->stop[i], e->stop_len[i]);

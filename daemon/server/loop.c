@@ -76,6 +76,19 @@ static int apply_runtime(struct server *s, const struct srv_config *cfg, char *e
 	struct policy p;
 	if (policy_init(&p, cfg->allow_group, cfg->allow_users, cfg->allow_any, err, errlen) < 0)
 		return -1;
+	const char *sc = cfg->prefix_cache_scope;
+	int scope;
+	if (!*sc || !strcmp(sc, "user"))
+		scope = SCOPE_USER;
+	else if (!strcmp(sc, "group"))
+		scope = SCOPE_GROUP;
+	else if (!strcmp(sc, "global"))
+		scope = SCOPE_GLOBAL;
+	else {
+		snprintf(err, errlen, "prefix-cache-scope: '%s' is not user, group or global", sc);
+		return -1;
+	}
+	__atomic_store_n(&s->cache_scope, scope, __ATOMIC_RELAXED); /* the intake thread reads it */
 	s->pol = p;
 	s->max_clients = cfg->max_clients > 0 ? cfg->max_clients : 256;
 	s->max_clients_uid = cfg->max_clients_per_uid > 0 ? cfg->max_clients_per_uid : 64;

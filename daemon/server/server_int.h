@@ -54,12 +54,17 @@ struct uacct {
 
 struct sreq;
 
+/* Who shares cached prompt blocks (docs/server.md): a shared prefix cache
+ * lets one user time another's prompts. */
+enum cache_scope { SCOPE_USER, SCOPE_GROUP, SCOPE_GLOBAL };
+
 struct client {
 	struct server *s;
 	uint64_t id;
 	int sock, efd;
 	pid_t pid;
 	uid_t uid;
+	gid_t gid;
 	struct uacct *ua;
 	bool ready; /* handshake done */
 	uint64_t hello_deadline_ns;
@@ -117,6 +122,7 @@ struct server {
 	bool own_socket;
 	struct watch w_listen, w_signal, w_wake;
 	struct policy pol;
+	int cache_scope; /* enum cache_scope (prefix-cache-scope) */
 	/* limits (config; reloaded on SIGHUP) */
 	int max_clients, max_clients_uid, max_inflight, max_inflight_uid;
 	int sqes_per_turn, hello_timeout_ms;

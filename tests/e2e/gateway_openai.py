@@ -170,6 +170,16 @@ check(c2.usage.prompt_tokens_details.cached_tokens >= 64,
       f"second request shares {c1.usage.prompt_tokens}-token prefix but cached_tokens is "
       f"{c2.usage.prompt_tokens_details.cached_tokens}")
 
+# ---- each API key is its own prefix-cache scope ------------------------------------
+other = OpenAI(base_url=BASE + "/v1", api_key="second-key", max_retries=0, timeout=120)
+c3 = other.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=4)
+c4 = other.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=4)
+check(c3.usage.prompt_tokens_details.cached_tokens == 0,
+      f"another API key found {c3.usage.prompt_tokens_details.cached_tokens} of the first key's tokens cached")
+check(c4.usage.prompt_tokens_details.cached_tokens >= 64,
+      f"the second key's repeat found {c4.usage.prompt_tokens_details.cached_tokens} cached (want >= 64)")
+check(c3.choices[0].message.content == c1.choices[0].message.content, "scopes changed the greedy reply")
+
 # ---- errors, in OpenAI's error object ----------------------------------------------
 def expect_error(cls, status, fn, what, param=None):
     try:

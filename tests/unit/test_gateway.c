@@ -210,17 +210,18 @@ START_TEST(test_api_keys)
 	ck_assert_int_eq(write(fd, keys, strlen(keys)), (int)strlen(keys));
 	close(fd);
 	ck_assert(!gw_auth_enabled());
-	ck_assert(gw_auth_check(NULL)); /* no keys: open */
+	ck_assert_int_eq(gw_auth_check(NULL), 0); /* no keys: open, no scope */
 	ck_assert_int_eq(gw_auth_load(path, err, sizeof err), 0);
 	unlink(path);
 	ck_assert(gw_auth_enabled());
-	ck_assert(gw_auth_check("Bearer sk-one"));
-	ck_assert(gw_auth_check("bearer sk-two"));
-	ck_assert(!gw_auth_check("Bearer sk-on"));
-	ck_assert(!gw_auth_check("Bearer sk-one2"));
-	ck_assert(!gw_auth_check("Bearer "));
-	ck_assert(!gw_auth_check("sk-one"));
-	ck_assert(!gw_auth_check(NULL));
+	/* each key is its own prefix-cache scope: 1 + its index */
+	ck_assert_int_eq(gw_auth_check("Bearer sk-one"), 1);
+	ck_assert_int_eq(gw_auth_check("bearer sk-two"), 2);
+	ck_assert_int_eq(gw_auth_check("Bearer sk-on"), -1);
+	ck_assert_int_eq(gw_auth_check("Bearer sk-one2"), -1);
+	ck_assert_int_eq(gw_auth_check("Bearer "), -1);
+	ck_assert_int_eq(gw_auth_check("sk-one"), -1);
+	ck_assert_int_eq(gw_auth_check(NULL), -1);
 	ck_assert_int_eq(gw_auth_load("/nonexistent/keys", err, sizeof err), -1);
 	ck_assert(strstr(err, "/nonexistent/keys"));
 }

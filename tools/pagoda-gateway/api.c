@@ -436,12 +436,14 @@ static struct MHD_Response *streamed(struct gw_pool *pool, const struct gw_conf 
 }
 
 struct MHD_Response *gw_api_generate(struct gw_pool *pool, const struct gw_conf *conf, enum gw_kind kind,
-				     const char *body, size_t len, struct MHD_Connection *conn, int *status)
+				     const char *body, size_t len, uint32_t scope, struct MHD_Connection *conn,
+				     int *status)
 {
 	struct gw_req r;
 	struct gw_err e;
 	if (gw_req_parse(kind, body, len, &r, &e) < 0)
 		return gw_api_error(&e, status);
+	r.p.cache_scope = scope;
 	struct gw_call *call;
 	int rc = gw_call_start(pool, &r, &call);
 	struct MHD_Response *resp;

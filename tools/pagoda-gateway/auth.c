@@ -63,24 +63,26 @@ int gw_auth_load(const char *path, char *err, size_t errlen)
 
 bool gw_auth_enabled(void) { return n_keys > 0; }
 
-bool gw_auth_check(const char *h)
+int gw_auth_check(const char *h)
 {
 	if (!n_keys)
-		return true;
+		return 0;
 	if (!h || strncasecmp(h, "Bearer ", 7))
-		return false;
+		return -1;
 	h += 7;
 	size_t l = strnlen(h, KEY_MAX);
 	if (l == 0 || l >= KEY_MAX)
-		return false;
+		return -1;
 	char given[KEY_MAX] = { 0 };
 	memcpy(given, h, l);
-	volatile unsigned ok = 0;
+	volatile int which = -1;
 	for (int k = 0; k < n_keys; k++) {
 		unsigned diff = (unsigned)(l ^ key_len[k]);
 		for (size_t i = 0; i < KEY_MAX; i++)
 			diff |= (unsigned char)(given[i] ^ keys[k][i]);
-		ok |= diff == 0;
+		/* no branch on the comparison: mask is all ones when it matched */
+		int mask = -(int)(diff == 0);
+		which = (which & ~mask) | (k & mask);
 	}
-	return ok;
+	return which < 0 ? -1 : which + 1;
 }

@@ -121,8 +121,10 @@ extern const char gw_openapi_json[];
 /* Loads one key a line ('#' comments). 0 or -1 with err. */
 int gw_auth_load(const char *path, char *err, size_t errlen);
 bool gw_auth_enabled(void);
-/* Authorization: "Bearer KEY" against every key, in constant time. */
-bool gw_auth_check(const char *authorization);
+/* Authorization: "Bearer KEY" against every key, in constant time: -1
+ * refused, 0 when no keys are configured, else 1 + the key's line index,
+ * the request's prefix-cache scope (each key its own tenant). */
+int gw_auth_check(const char *authorization);
 
 /* ---- http.c: the server ------------------------------------------------------ */
 struct gw_server;
@@ -135,8 +137,10 @@ struct MHD_Connection;
 struct MHD_Response;
 /* Runs one completion or chat request; returns the response to queue and
  * its status. */
+/* scope: the API key's prefix-cache scope (gw_auth_check), 0 none. */
 struct MHD_Response *gw_api_generate(struct gw_pool *pool, const struct gw_conf *conf, enum gw_kind kind,
-				     const char *body, size_t len, struct MHD_Connection *conn, int *status);
+				     const char *body, size_t len, uint32_t scope, struct MHD_Connection *conn,
+				     int *status);
 struct MHD_Response *gw_api_json_response(char *body, size_t len);
 struct MHD_Response *gw_api_error(const struct gw_err *e, int *status);
 

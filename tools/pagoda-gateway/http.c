@@ -37,6 +37,7 @@ static const struct {
 
 struct hreq {
 	int route;          /* index into routes, -1 none */
+	uint32_t scope;     /* the API key's prefix-cache scope */
 	char *body;
 	size_t len, cap;
 	bool too_big;
@@ -114,7 +115,7 @@ static enum MHD_Result route_once(struct gw_server *s, struct MHD_Connection *c,
 	case R_COMPLETIONS:
 	case R_CHAT:
 		r = gw_api_generate(s->pool, s->conf, routes[h->route].r == R_CHAT ? GW_CHAT : GW_COMPLETION,
-				    h->body ? h->body : "", h->len, c, &status);
+				    h->body ? h->body : "", h->len, h->scope, c, &status);
 		return reply(c, name, status, r);
 	case R_HEALTH:
 		if (gw_pool_up(s->pool))
@@ -151,7 +152,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (found < 0)
 			return reply_error(c, routes[path].name, 405, "invalid_request_error",
 					  "method not allowed here; use %s", routes[path].method);
-		if (routes[found].auth && !gw_auth_check(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization")))
+		int key = routes[found].auth ? gw_auth_check(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+											  "Authorization")) : 0;
+		if (key < 0)
 			return reply_error(c, routes[found].name, 401, "invalid_request_error", "%s",
 					  "a valid API key is required (Authorization: Bearer KEY)");
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -161,6 +164,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (!(h = calloc(1, sizeof *h)))
 			return MHD_NO;
 		h->route = found;
+		h->scope = (uint32_t)key;
 		*con_cls = h;
 		return MHD_YES;
 	}
