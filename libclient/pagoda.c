@@ -419,7 +419,8 @@ static int submit_rec(pagoda_t *pg, uint64_t rec_id, uint32_t off, size_t len, u
 	if (rc < 0)
 		return rc;
 	e.op = PG_OP_SUBMIT;
-	e.flags = kind | (p && (p->flags & PAGODA_CLAMP_MAX_TOKENS) ? PG_SUBMIT_CLAMP : 0);
+	e.flags = kind | (p && (p->flags & PAGODA_CLAMP_MAX_TOKENS) ? PG_SUBMIT_CLAMP : 0) |
+		  (p && (p->flags & PAGODA_LOGPROBS) ? PG_SUBMIT_LOGPROBS : 0);
 	e.prompt_off = off;
 	e.prompt_len = (uint32_t)len;
 	if ((rc = sq_push_locked(pg, &e, (int64_t)rec_id)) < 0)
@@ -536,6 +537,10 @@ static int parse_cqe(pagoda_t *pg, struct pagoda_event *ev)
 		ev->type = PAGODA_EV_TOKEN;
 		ev->token = c->u.tok.token;
 		ev->len = c->u.tok.len;
+		if (c->u.tok.has_logprob && ev->token >= 0) {
+			ev->logprob = c->u.tok.logprob;
+			ev->has_logprob = true;
+		}
 		if (c->flags & PG_CQE_F_SLOT) {
 			if (ev->len > pg->lay.cq_text_slot)
 				return PAGODA_E_PROTO;

@@ -98,6 +98,8 @@ struct pagoda_params {
 /* max_tokens is cut to the context left after the prompt instead of the
  * request failing with PAGODA_E_CONTEXT. */
 #define PAGODA_CLAMP_MAX_TOKENS 1u
+/* Each token event carries the token's log-probability (has_logprob). */
+#define PAGODA_LOGPROBS 2u
 void pagoda_params_init(struct pagoda_params *p);
 
 int pagoda_connect(const char *socket_path, pagoda_t **out);
@@ -186,6 +188,10 @@ struct pagoda_event {
 	int error;           /* ERROR: a negative pagoda_error */
 	struct pagoda_timings timings; /* DONE */
 	struct pagoda_stats stats;     /* STATS */
+	/* TOKEN with PAGODA_LOGPROBS: the token's log-probability under the
+	 * model (before sampling's penalties, truncation and temperature) */
+	float logprob;
+	bool has_logprob;
 };
 
 /* Waits up to timeout_ms (-1: forever, 0: don't wait) for the next event.

@@ -141,6 +141,9 @@ enum pg_sqe_op {
  * The daemon renders it with the model's chat template, then tokenizes the
  * text with special tokens parsed. Not with PG_SUBMIT_IDS. */
 #define PG_SUBMIT_CHAT 4u
+/* Each sampled token's CQE carries its log-probability (tok.logprob, with
+ * tok.has_logprob set). */
+#define PG_SUBMIT_LOGPROBS 0x100u
 
 struct pg_sqe {
 	uint32_t op;
@@ -191,7 +194,8 @@ struct pg_cqe {
 		struct {
 			int32_t token; /* -1 on a continuation */
 			uint32_t len;  /* text bytes */
-			uint32_t reserved[2];
+			float logprob;        /* with PG_SUBMIT_LOGPROBS (was reserved) */
+			uint32_t has_logprob; /* 1 when logprob is set */
 			char text[PG_CQE_INLINE];
 		} tok;
 		struct {

@@ -7,6 +7,7 @@
  */
 #include "daemon/engine/engine.h"
 #include "daemon/engine/probes.h"
+#include "daemon/engine/logprob.h"
 #include "daemon/engine/sampler.h"
 #include "daemon/engine/stopper.h"
 #include "daemon/kv/kv.h"
@@ -88,7 +89,15 @@ struct engine {
 	struct seq **b_owner; /* per batch seq slot */
 	int *b_take;          /* tokens taken per batch seq slot */
 	float *logits;
+	float *lp_row;        /* a row's raw logits, for logprobs (allocated when first asked) */
 };
+
+static bool lp_row(struct engine *e)
+{
+	if (!e->lp_row)
+		e->lp_row = malloc((size_t)e->n_vocab * sizeof *e->lp_row);
+	return e->lp_row != NULL;
+}
 
 static uint64_t now_ns(void)
 {
@@ -737,7 +746,13 @@ static void after_forward(struct engine *e, const struct plan *p)
 		if (s->n_computed != s->n_tokens)
 			continue;
 		float *logits = e->logits + (size_t)out_row++ * e->n_vocab;
+		/* the model's distribution, before the sampler changes the logits */
+		bool lp = s->req->want_logprob && lp_row(e);
+		if (lp)
+			memcpy(e->lp_row, logits, (size_t)e->n_vocab * sizeof *logits);
 		int32_t tok = sampler_sample(&s->smp, logits, s->tokens, s->n_tokens);
+		if (lp)
+			s->req->logprob = logprob_of(e->lp_row, e->n_vocab, tok);
 		enum finish_reason why = FINISH_NONE;
 		pthread_mutex_lock(&e->lock);
 		e->stats.gen_tokens++;
@@ -983,6 +998,7 @@ void engine_destroy(struct engine *e)
 	free(e->b_owner);
 	free(e->b_take);
 	free(e->logits);
+	free(e->lp_row);
 	if (e->kv.meta)
 		kv_pool_free(&e->kv);
 	pg_backend_close(e->be);

@@ -104,6 +104,8 @@ struct engine_req {
 	struct req_timings timings; /* valid in on_done */
 	void *priv;                 /* engine's */
 	uint64_t cache_salt;        /* prefix-cache scope (kv_seq.salt); 0: global */
+	bool want_logprob;          /* set logprob before each on_token of a sampled token */
+	float logprob;              /* the token's log-probability (logprob.h) */
 };
 
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen);

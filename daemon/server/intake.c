@@ -156,6 +156,7 @@ static int prepare(struct server *s, struct sreq *r, int32_t **owned, char *msg,
 	r->er.sampling.repeat_last_n = e->repeat_last_n;
 	r->er.sampling.seed = e->seed;
 	r->er.cache_salt = cache_salt(s, r->c, e->cache_scope);
+	r->er.want_logprob = (e->flags & PG_SUBMIT_LOGPROBS) != 0;
 	r->er.n_stop = (int)e->n_stop;
 	for (uint32_t i = 0; i < e->n_stop && i < ENGINE_MAX_STOP; i++) {
 		memcpy(r->er.stop[i], e->stop[i], e->stop_len[i]);

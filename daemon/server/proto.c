@@ -88,7 +88,7 @@ int proto_sqe_check(const struct proto_conn *p, const struct pg_sqe *e, char *ms
 	default:
 		return hard(msg, len, "unknown opcode");
 	}
-	if (e->flags & ~(PG_SUBMIT_IDS | PG_SUBMIT_CLAMP | PG_SUBMIT_CHAT))
+	if (e->flags & ~(PG_SUBMIT_IDS | PG_SUBMIT_CLAMP | PG_SUBMIT_CHAT | PG_SUBMIT_LOGPROBS))
 		return hard(msg, len, "unknown submit flags");
 	if ((e->flags & PG_SUBMIT_IDS) && (e->flags & PG_SUBMIT_CHAT))
 		return hard(msg, len, "a chat request is JSON text, not token ids");

@@ -22,6 +22,10 @@ void sq_on_token(struct engine_req *er, int32_t token, const char *text, size_t 
 	e.req_id = r->creq;
 	e.type = PG_CQE_TOKEN;
 	e.u.tok.token = token;
+	if (er->want_logprob && token >= 0) {
+		e.u.tok.logprob = er->logprob;
+		e.u.tok.has_logprob = 1;
+	}
 	pthread_mutex_lock(&c->lock);
 	cq_emit(c, &e, text, len);
 	pthread_mutex_unlock(&c->lock);

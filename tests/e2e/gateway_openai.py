@@ -89,6 +89,21 @@ r2 = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=40,
                                                                            {"type": "text", "text": "is the sky?"}]}])
 check(r2.choices[0].message.content == want, "chat with text parts differs from the string content")
 
+# logprobs through the ring: one per token, the text they released adds up
+rl = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": Q}], temperature=0,
+                                    max_tokens=40, logprobs=True)
+lps = rl.choices[0].logprobs.content if rl.choices[0].logprobs else []
+check(rl.choices[0].message.content == want, "logprobs changed the greedy reply")
+check(len(lps) == rl.usage.completion_tokens, f"{len(lps)} logprobs for {rl.usage.completion_tokens} tokens")
+check(all(-100 < x.logprob <= 0 for x in lps), f"logprobs out of range: {[x.logprob for x in lps]}")
+check("".join(x.token for x in lps) == want, "the logprob tokens do not spell the reply")
+check(all(bytes(x.bytes) == x.token.encode() for x in lps), "logprob bytes differ from the token text")
+check(sum(x.logprob for x in lps) < 0, "all logprobs are 0")
+sl = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": Q}], temperature=0,
+                                         max_tokens=40, logprobs=True, stream=True))
+slp = [x for c in sl if c.choices and c.choices[0].logprobs for x in c.choices[0].logprobs.content]
+check([x.logprob for x in slp] == [x.logprob for x in lps], "streamed logprobs differ from the whole answer's")
+
 # ---- chat, streamed ------------------------------------------------------------
 chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": Q}],
                                              temperature=0, max_tokens=40, stream=True,
@@ -203,7 +218,7 @@ expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
     model=MODEL, messages=msg1, response_format={"type": "json_object"}), "response_format", "response_format")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
-    model=MODEL, messages=msg1, logprobs=True), "logprobs", "logprobs")
+    model=MODEL, messages=msg1, logprobs=True, top_logprobs=2), "top_logprobs", "top_logprobs")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
     model=MODEL, messages=msg1, presence_penalty=0.5), "presence_penalty", "presence_penalty")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(

@@ -63,6 +63,11 @@ START_TEST(test_chat_mapping)
 	ck_assert(r.to_context && !r.stream && !r.seed_set && !r.tools);
 	ck_assert_float_eq_tol(r.p.temp, 1.0, 1e-6);
 	gw_req_free(&r);
+	/* logprobs: asked of the daemon */
+	ck_assert_int_eq(parse(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true,"
+					"\"top_logprobs\":0}", &r, &e), 0);
+	ck_assert(r.logprobs && (r.p.flags & PAGODA_LOGPROBS));
+	gw_req_free(&r);
 	/* tool_choice none: the tools are not offered to the template */
 	ck_assert_int_eq(parse(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
 					"\"tools\":[{\"type\":\"function\"}],\"tool_choice\":\"none\"}", &r, &e), 0);
@@ -102,7 +107,7 @@ static const struct {
 } refused[] = {
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "n" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format" },
-	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", "logprobs" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":1}", "presence_penalty" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"frequency_penalty\":-1}", "frequency_penalty" },

@@ -120,6 +120,27 @@ static json_t *envelope(const char *id, const char *object, time_t created, cons
 	return o;
 }
 
+/* OpenAI's logprobs object: {"content": [{"token", "logprob", "bytes",
+ * "top_logprobs": []}, ...]}, a token's text being the bytes it released. */
+static json_t *logprobs_json(const char *text, const struct gw_tok *toks, int n)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++) {
+		json_t *o = json_object(), *bytes = json_array();
+		const char *s = text ? text + toks[i].off : "";
+		json_object_set_new(o, "token", gw_json_text(s, toks[i].len));
+		json_object_set_new(o, "logprob", json_real(toks[i].logprob));
+		for (size_t k = 0; k < toks[i].len; k++)
+			json_array_append_new(bytes, json_integer((unsigned char)s[k]));
+		json_object_set_new(o, "bytes", bytes);
+		json_object_set_new(o, "top_logprobs", json_array());
+		json_array_append_new(a, o);
+	}
+	json_t *lp = json_object();
+	json_object_set_new(lp, "content", a);
+	return lp;
+}
+
 /* ---- one answer ------------------------------------------------------------ */
 static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *conf, const struct gw_req *r,
 				  struct gw_call *call, struct MHD_Connection *conn, int *status)
@@ -128,11 +149,14 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 	timeout_off(conn);
 	char *text = NULL;
 	size_t len = 0;
+	struct gw_tok *toks = NULL;
+	int n_toks = 0;
 	struct gw_take t;
 	for (;;) {
 		if (gw_call_take(call, &t, WAIT_MS) < 0) {
 			if (client_gone(fd)) {
 				free(text);
+				free(toks);
 				gw_call_release(call);
 				timeout_on(conn, conf->timeout_s);
 				return NULL; /* nobody to answer; the request is cancelled */
@@ -147,11 +171,20 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 			} else {
 				text = n;
 				memcpy(text + len, t.text, t.len);
+				struct gw_tok *nt = t.n_toks ? realloc(toks, (size_t)(n_toks + t.n_toks) * sizeof *nt) : toks;
+				if (nt) {
+					toks = nt;
+					for (int i = 0; i < t.n_toks; i++) {
+						toks[n_toks] = t.toks[i];
+						toks[n_toks++].off += len;
+					}
+				}
 				len += t.len;
 				text[len] = 0;
 			}
 		}
 		free(t.text);
+		free(t.toks);
 		if (t.final)
 			break;
 	}
@@ -159,6 +192,7 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 	timeout_on(conn, conf->timeout_s);
 	if (t.error) {
 		free(text);
+		free(toks);
 		struct gw_err e;
 		pagoda_err(&e, t.error, t.errmsg, gw_pool_n_ctx(pool));
 		return gw_api_error(&e, status);
@@ -188,8 +222,9 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 	} else {
 		json_object_set_new(choice, "text", gw_json_text(text, len));
 	}
+	json_object_set_new(choice, "logprobs", r->logprobs ? logprobs_json(text, toks, n_toks) : json_null());
 	free(text);
-	json_object_set_new(choice, "logprobs", json_null());
+	free(toks);
 	json_object_set_new(choice, "finish_reason", json_string(gw_finish_name(t.finish, calls)));
 	json_t *choices = json_array();
 	json_array_append_new(choices, choice);
@@ -207,7 +242,7 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 struct sse {
 	struct gw_call *call;
 	enum gw_kind kind;
-	bool include_usage, tools, done;
+	bool include_usage, tools, done, logprobs;
 	int fd, n_ctx, timeout_s;
 	struct MHD_Connection *conn;
 	char id[48];
@@ -265,16 +300,24 @@ static json_t *chunk(struct sse *s, json_t *delta_or_text, const char *finish)
 	return o;
 }
 
-static void emit_text(struct sse *s, const char *text, size_t len)
+/* One content chunk; toks (n of them, offsets into text) give it logprobs. */
+static void emit_text_lp(struct sse *s, const char *text, size_t len, const struct gw_tok *toks, int n)
 {
+	json_t *o;
 	if (s->kind == GW_CHAT) {
 		json_t *d = json_object();
 		json_object_set_new(d, "content", gw_json_text(text, len));
-		emit(s, chunk(s, d, NULL));
+		o = chunk(s, d, NULL);
 	} else {
-		emit(s, chunk(s, gw_json_text(text, len), NULL));
+		o = chunk(s, gw_json_text(text, len), NULL);
 	}
+	if (s->logprobs && n)
+		json_object_set_new(json_array_get(json_object_get(o, "choices"), 0), "logprobs",
+				    logprobs_json(text, toks, n));
+	emit(s, o);
 }
+
+static void emit_text(struct sse *s, const char *text, size_t len) { emit_text_lp(s, text, len, NULL, 0); }
 
 static void emit_end(struct sse *s, const struct gw_take *t)
 {
@@ -336,11 +379,13 @@ static void absorb(struct sse *s, struct gw_take *t)
 			s->held_len += t->len;
 			h[s->held_len] = 0;
 		}
-	} else if (t->len) {
-		emit_text(s, t->text, t->len);
+	} else if (t->len || t->n_toks) {
+		emit_text_lp(s, t->text, t->len, t->toks, t->n_toks);
 	}
 	free(t->text);
+	free(t->toks);
 	t->text = NULL;
+	t->toks = NULL;
 	if (t->final) {
 		emit_end(s, t);
 		s->done = true;
@@ -393,6 +438,7 @@ static struct MHD_Response *streamed(struct gw_pool *pool, const struct gw_conf 
 	s->kind = r->kind;
 	s->include_usage = r->include_usage;
 	s->tools = r->tools;
+	s->logprobs = r->logprobs;
 	s->fd = conn_fd(conn);
 	s->conn = conn;
 	s->timeout_s = conf->timeout_s;
@@ -419,6 +465,7 @@ static struct MHD_Response *streamed(struct gw_pool *pool, const struct gw_conf 
 	if (t.final && t.error) {
 		struct gw_err e;
 		free(t.text);
+		free(t.toks);
 		pagoda_err(&e, t.error, t.errmsg, s->n_ctx);
 		sse_free(s);
 		return gw_api_error(&e, status);

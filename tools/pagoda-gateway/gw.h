@@ -55,6 +55,7 @@ struct gw_req {
 	int32_t *ids;
 	size_t n_ids;
 	bool tools;                 /* tools offered: parse tool calls from the reply */
+	bool logprobs;              /* each token's log-probability (p.flags has PAGODA_LOGPROBS) */
 };
 /* 0, or -1 with err filled (status 400 and OpenAI's wording). */
 int gw_req_parse(enum gw_kind kind, const char *body, size_t len, struct gw_req *r, struct gw_err *err);
@@ -64,12 +65,22 @@ void gw_req_free(struct gw_req *r);
 struct gw_pool;
 struct gw_call;
 
+/* A sampled token's share of the text (the bytes it released: may be
+ * empty while a UTF-8 character or a stop string is held back) and its
+ * log-probability. */
+struct gw_tok {
+	size_t off, len;
+	float logprob;
+};
+
 /* What a call has gathered since the last gw_call_take: text of the tokens
  * that arrived, and the end when it came. */
 struct gw_take {
 	char *text;          /* malloc'd, NUL-terminated (caller frees); may be NULL */
 	size_t len;
 	int n_tokens;
+	struct gw_tok *toks; /* with logprobs: malloc'd (caller frees), offsets into text */
+	int n_toks;
 	bool final;
 	int finish;          /* PAGODA_FINISH_* when final and !error */
 	int error;           /* a negative pagoda_error when the request failed */

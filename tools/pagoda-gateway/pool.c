@@ -27,6 +27,8 @@ struct gw_call {
 	char *buf;                /* text gathered since the last take */
 	size_t len, cap;
 	int n_tokens;
+	struct gw_tok *toks;      /* tokens with a logprob since the last take */
+	int n_toks, cap_toks;
 	bool final;
 	int finish, error;
 	char errmsg[128];
@@ -71,6 +73,7 @@ static void call_unref(struct gw_call *c)
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
 	free(c->buf);
+	free(c->toks);
 	free(c);
 }
 
@@ -147,7 +150,21 @@ static void deliver(struct conn *k, const struct pagoda_event *ev)
 	pthread_mutex_lock(&c->lock);
 	switch (ev->type) {
 	case PAGODA_EV_TOKEN:
+		if (ev->has_logprob) {
+			if (c->n_toks == c->cap_toks) {
+				int cap = c->cap_toks ? 2 * c->cap_toks : 16;
+				struct gw_tok *n = realloc(c->toks, (size_t)cap * sizeof *n);
+				if (n) {
+					c->toks = n;
+					c->cap_toks = cap;
+				}
+			}
+			if (c->n_toks < c->cap_toks)
+				c->toks[c->n_toks++] = (struct gw_tok){ c->len, 0, ev->logprob };
+		}
 		append(c, ev->text, ev->len);
+		if (c->n_toks && (ev->has_logprob || ev->token < 0)) /* continuations extend it */
+			c->toks[c->n_toks - 1].len = c->len - c->toks[c->n_toks - 1].off;
 		if (ev->token >= 0) {
 			uint64_t t = now_ns();
 			if (c->last_tok_ns)
@@ -391,9 +408,13 @@ int gw_call_take(struct gw_call *c, struct gw_take *t, int timeout_ms)
 	t->text = c->buf;
 	t->len = c->len;
 	t->n_tokens = c->n_tokens;
+	t->toks = c->toks;
+	t->n_toks = c->n_toks;
 	c->buf = NULL;
 	c->len = c->cap = 0;
 	c->n_tokens = 0;
+	c->toks = NULL;
+	c->n_toks = c->cap_toks = 0;
 	t->final = c->final;
 	t->finish = c->finish;
 	t->error = c->error;
@@ -438,6 +459,7 @@ int gw_pool_stats(struct gw_pool *p, struct pagoda_stats *st, int timeout_ms)
 	if (rc == 0)
 		*st = c->st;
 	free(t.text);
+	free(t.toks);
 	gw_call_release(c);
 	return rc;
 }

@@ -446,15 +446,17 @@ static int chat(json_t *o, struct gw_req *r, struct gw_err *e)
 	r->text_len = strlen(r->text);
 
 	json_t *lp = json_object_get(o, "logprobs");
-	if (json_is_true(lp))
-		return unsupported(e, "logprobs", "(not yet)");
 	if (!absent(lp) && !json_is_boolean(lp))
 		return fail(e, "logprobs", "'logprobs' must be a boolean");
+	if (json_is_true(lp)) {
+		r->logprobs = true;
+		r->p.flags |= PAGODA_LOGPROBS;
+	}
 	json_int_t top = 0;
 	if (get_int(o, "top_logprobs", 0, 20, &top, e) < 0)
 		return -1;
 	if (top)
-		return unsupported(e, "top_logprobs", "(not yet)");
+		return unsupported(e, "top_logprobs", "other than 0 (not yet)");
 	return 0;
 }
 
