@@ -34,20 +34,12 @@ for r in $(seq "$ROUNDS"); do
 	python3 - "$D/rings.json" "$D/gw.json" "$r" >>"$D/ratios" <<'PY'
 import json, sys
 rings, gw = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-def find(d, *names):
-    for n in names:
-        for k, v in d.items():
-            if k == n:
-                return v
-            if isinstance(v, dict):
-                x = find(v, n)
-                if x is not None:
-                    return x
-    return None
-rt = find(rings, "output_tok_s", "gen_tok_s", "tok_s")
-print("round %s: rings %s tok/s | gateway %s tok/s, TTFT p50 %s ms p99 %s ms, ITL p50 %s ms p99 %s ms"
-      % (sys.argv[3], rt, gw["tok_s"], gw["ttft_p50_ms"], gw["ttft_p99_ms"], gw["itl_p50_ms"], gw["itl_p99_ms"]),
-      file=sys.stderr)
+rt = rings["output_tok_per_s"]
+print("round %s: rings %.1f tok/s, TTFT p50 %.1f p99 %.1f ms, ITL p50 %.2f p99 %.2f ms | "
+      "gateway %.1f tok/s, TTFT p50 %.1f p99 %.1f ms, ITL p50 %.2f p99 %.2f ms"
+      % (sys.argv[3], rt, rings["ttft_ms"]["p50"], rings["ttft_ms"]["p99"], rings["itl_ms"]["p50"],
+         rings["itl_ms"]["p99"], gw["tok_s"], gw["ttft_p50_ms"], gw["ttft_p99_ms"], gw["itl_p50_ms"],
+         gw["itl_p99_ms"]), file=sys.stderr)
 print(gw["tok_s"] / rt if rt else "nan")
 PY
 done

@@ -5,7 +5,8 @@
 # starts the gateway on the first connection, which it serves (/health
 # against a real pagodad on stories260K, a completion equal to `pagoda
 # generate`'s); SIGTERM stops it with status 0. Bad flags and config keys
-# are refused, naming them. Exit 77 without systemd-analyze or the model.
+# are refused, naming them. The HTTP limits hold: max-connections, the idle
+# timeout against a slow client, max-header. Exit 77 without systemd-analyze or the model.
 . "$(dirname "$0")/lib.sh"
 command -v systemd-analyze >/dev/null || { echo "SKIP: systemd-analyze not installed" >&2; exit 77; }
 for b in pagodad pagoda pagoda-gateway; do [ -x "$B/$b" ] || { echo "SKIP: $B/$b not built" >&2; exit 77; }; done
@@ -83,6 +84,59 @@ open(sys.argv[2], "w").write(r["choices"][0]["text"])
 PY
 cmp -s "$D/want" "$D/got" && ok || bad "activated gateway: '$(cat "$D/got")' != generate's '$(cat "$D/want")'"
 grep -q "the socket systemd passed" "$D/gw.log" && ok || bad "the gateway did not take the passed socket: $(cat "$D/gw.log")"
+stop_bg "$SP" TERM 20 && ok || bad "gateway exit status after SIGTERM"
+SP=
+
+# limits: connections at once, idle (slow) clients, header bytes
+"$B/pagoda-gateway" --listen "127.0.0.1:$PORT" --socket "$S" --max-connections 2 --timeout 2 --max-header 2048 \
+	2>"$D/gw2.log" &
+SP=$!
+python3 - "$PORT" <<'PY' && ok || bad "limits (above): $(cat "$D/gw2.log")"
+import socket, sys, time, urllib.request, urllib.error
+port = int(sys.argv[1])
+for _ in range(100):
+    try:
+        socket.create_connection(("127.0.0.1", port), 1).close()
+        break
+    except OSError:
+        time.sleep(0.05)
+time.sleep(0.3)
+# two idle connections fill max-connections: a third waits, unaccepted,
+# until the idle timeout (2 s) closes one of them
+a = socket.create_connection(("127.0.0.1", port))
+b = socket.create_connection(("127.0.0.1", port))
+time.sleep(0.3)
+t0 = time.monotonic()
+c = socket.create_connection(("127.0.0.1", port))
+c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+c.settimeout(1)
+try:
+    early = c.recv(100)
+except socket.timeout:
+    early = None
+assert early is None, "a third connection was served past max-connections 2: %r" % early
+c.settimeout(10)
+late = c.recv(100)
+assert late.startswith(b"HTTP/1.1 "), "the waiting connection got %r" % late
+assert time.monotonic() - t0 < 5, "idle connections were kept past the timeout"
+a.settimeout(5)
+try:
+    assert a.recv(1) == b"", "an idle connection got data"
+except ConnectionResetError:
+    pass
+c.close()
+b.close()
+# headers larger than max-header are refused, and the server goes on
+rq = urllib.request.Request("http://127.0.0.1:%d/health" % port, headers={"X-Big": "x" * 4096})
+try:
+    code = urllib.request.urlopen(rq, timeout=5).status
+except urllib.error.HTTPError as e:
+    code = e.code
+except (ConnectionError, urllib.error.URLError):
+    code = 0
+assert code in (0, 413, 431), "4 KiB of headers against max-header 2048: %s" % code
+assert urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5).status == 200
+PY
 stop_bg "$SP" TERM 20 && ok || bad "gateway exit status after SIGTERM"
 SP=
 stop_bg "$DP" TERM 60 && ok || bad "pagodad exit status after SIGTERM"
