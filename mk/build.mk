@@ -24,7 +24,8 @@ AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
 
 KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
-ENGINE_SRCS := $(wildcard daemon/model/*.c daemon/kv/*.c daemon/engine/*.c daemon/template/*.c daemon/chat/*.c)
+ENGINE_SRCS := $(wildcard daemon/model/*.c daemon/kv/*.c daemon/engine/*.c daemon/template/*.c daemon/chat/*.c \
+	daemon/grammar/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c)
 DAEMON_SRCS := $(wildcard daemon/server/*.c)
 SERVER_SRCS := $(filter-out daemon/server/main.c,$(DAEMON_SRCS))

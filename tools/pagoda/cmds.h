@@ -14,5 +14,6 @@ int cmd_ping(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_constrain(int argc, char **argv);
 
 #endif

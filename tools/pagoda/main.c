@@ -19,6 +19,7 @@ static const struct {
 	{ "perplexity", cmd_perplexity, "perplexity of a text file (llama.cpp's method)" },
 	{ "chat", cmd_chat, "talk with the daemon's model (its chat template) in the terminal" },
 	{ "chat-template", cmd_chat_template, "render a chat request (JSON on stdin) with a chat template" },
+	{ "constrain", cmd_constrain, "walk stdin through a JSON Schema, regex or grammar, token by token" },
 	{ "info", cmd_info, "print a GGUF file's metadata and tensors" },
 };
 

@@ -1,0 +1,146 @@
+/* daemon/grammar/gm_int.h — the grammar room's insides: the byte-level
+ * grammar (IR) every front end builds, and the builder they build it with.
+ *
+ * Symbols: a nonterminal is >= 0, a terminal (a set of bytes) is
+ * -(index + 1), GM_END closes each production in the flat rhs array. */
+#ifndef PAGODA_GM_INT_H
+#define PAGODA_GM_INT_H
+
+#include "daemon/grammar/grammar.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define GM_END INT32_MIN
+#define GM_MAX_SYMS (4u << 20) /* rhs symbols in one grammar */
+#define GM_TERM(i) (-(int32_t)(i) - 1)
+#define GM_TIDX(s) (-(s) - 1)
+
+struct gm_grammar {
+	atomic_int refs;
+	int n_nt, n_terms;
+	int32_t start;      /* position of the augmented production S' -> start */
+	uint32_t accept;    /* the position after start in S' (complete there) */
+	int32_t *rhs;       /* productions' symbols, each closed by GM_END */
+	int32_t *pos_lhs;   /* per rhs position: its production's left side */
+	uint32_t *nt_prods; /* per nonterminal: first index in prod_pos */
+	uint32_t *prod_pos; /* productions grouped by left side: rhs positions */
+	uint8_t *nullable;
+	uint64_t (*terms)[4];
+	size_t n_rhs;
+	/* cache bookkeeping (cache.c) */
+	uint64_t hash;
+	int kind;
+	size_t src_len;
+	char *src;
+};
+
+/* The vocabulary as a trie over token bytes; children are contiguous. */
+struct gm_node {
+	uint32_t child, tok; /* first child node; first index in toks */
+	uint16_t n_child, n_tok;
+	uint8_t byte;
+};
+
+struct gm_vocab {
+	int n_vocab;
+	struct gm_node *nodes;
+	size_t n_nodes;
+	int32_t *toks; /* ids in byte order, grouped by trie node */
+	char *blob;    /* pieces */
+	uint32_t *off, *len;
+	uint8_t *eog;
+	int32_t *eog_ids;
+	int n_eog;
+};
+
+struct gm_b {
+	struct { int32_t lhs; uint32_t pos; } *prods;
+	size_t n_prods, cap_prods;
+	int32_t *syms;
+	size_t n_syms, cap_syms;
+	uint64_t (*terms)[4];
+	int n_terms, cap_terms;
+	int32_t byte_term[256]; /* terminal of each single byte, 0 if none yet */
+	int n_nt;
+	bool failed;
+	char *err;
+	size_t errlen;
+};
+
+void gmb_init(struct gm_b *b, char *err, size_t errlen);
+void gmb_free(struct gm_b *b);
+/* Record the first error (printf format); sets failed. */
+void gmb_fail(struct gm_b *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A finished grammar with start symbol start, or NULL (err set). */
+struct gm_grammar *gmb_finish(struct gm_b *b, int32_t start);
+
+int32_t gmb_nt(struct gm_b *b);
+void gmb_prod(struct gm_b *b, int32_t nt, const int32_t *syms, int n);
+int32_t gmb_byte(struct gm_b *b, uint8_t c);
+int32_t gmb_bytes(struct gm_b *b, uint8_t lo, uint8_t hi);
+int32_t gmb_set(struct gm_b *b, const uint64_t set[4]);
+int32_t gmb_seq(struct gm_b *b, const int32_t *syms, int n); /* n == 1: that symbol */
+int32_t gmb_alt(struct gm_b *b, const int32_t *syms, int n);
+int32_t gmb_eps(struct gm_b *b);
+int32_t gmb_none(struct gm_b *b); /* matches nothing */
+int32_t gmb_lit(struct gm_b *b, const char *s, size_t n);
+/* sym repeated min..max times (max < 0: unbounded). */
+int32_t gmb_rep(struct gm_b *b, int32_t sym, long min, long max);
+/* One code point of the sorted, disjoint ranges [r[i][0], r[i][1]], as UTF-8. */
+int32_t gmb_cps(struct gm_b *b, const uint32_t (*r)[2], int n);
+
+/* Code point sets: sorted disjoint ranges. */
+struct gm_cps {
+	uint32_t (*r)[2];
+	int n, cap;
+};
+void cps_add(struct gm_cps *s, uint32_t lo, uint32_t hi); /* any order; normalise after */
+void cps_norm(struct gm_cps *s);
+void cps_negate(struct gm_cps *s); /* within 0..0x10FFFF, surrogates excluded */
+void cps_free(struct gm_cps *s);
+bool cps_failed(const struct gm_cps *s);
+
+/* Regex front end. json: match the text of a JSON string's contents
+ * (characters escaped as JSON needs) with search semantics unless anchored;
+ * otherwise the whole output, anchors optional. */
+int32_t gm_regex(struct gm_b *b, const char *re, size_t len, bool json);
+int32_t gm_gbnf(struct gm_b *b, const char *src, size_t len);
+int32_t gm_schema(struct gm_b *b, const char *src, size_t len);
+/* In JSON-string mode: one character of s, escaped as a JSON string holds it. */
+int32_t gm_json_chars(struct gm_b *b, const struct gm_cps *s);
+
+/* JSON values for the schema compiler (jsonv.c): strict RFC 8259, objects
+ * keep their key order, numbers keep their text. All memory is the arena's. */
+enum jv_type { JV_NULL, JV_BOOL, JV_NUM, JV_STR, JV_ARR, JV_OBJ };
+struct jv {
+	enum jv_type t;
+	bool b;
+	double num;
+	char *s; /* string (decoded) or number text */
+	size_t len;
+	int n;   /* array elements / object members */
+	struct jv **a;
+	char **keys;
+	size_t *klen;
+};
+struct jv_arena;
+struct jv_arena *jv_arena_new(void);
+void jv_arena_free(struct jv_arena *a);
+void *jv_alloc(struct jv_arena *a, size_t n); /* zeroed; NULL when out of memory */
+int jv_parse(struct jv_arena *a, const char *s, size_t n, struct jv **out, char *err, size_t errlen);
+struct jv *jv_get(const struct jv *obj, const char *key); /* NULL if absent or not an object */
+
+struct gbuf {
+	char *p;
+	size_t n, cap;
+	bool oom;
+};
+void gbuf_put(struct gbuf *b, const char *s, size_t n);
+void gbuf_putc(struct gbuf *b, char c);
+/* Compact JSON with minimal string escapes (as the grammars produce it). */
+void jv_dump(struct gbuf *b, const struct jv *v);
+void jv_dump_str(struct gbuf *b, const char *s, size_t n);
+bool jv_equal(const struct jv *x, const struct jv *y);
+
+#endif

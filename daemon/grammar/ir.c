@@ -1,0 +1,448 @@
+/* daemon/grammar/ir.c — building the byte-level grammar: nonterminals,
+ * productions, byte-set terminals, repetition, UTF-8 code point ranges. */
+#include "daemon/grammar/gm_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void gmb_init(struct gm_b *b, char *err, size_t errlen)
+{
+	memset(b, 0, sizeof *b);
+	b->err = err;
+	b->errlen = errlen;
+	if (errlen)
+		err[0] = 0;
+}
+
+void gmb_free(struct gm_b *b)
+{
+	free(b->prods);
+	free(b->syms);
+	free(b->terms);
+	b->prods = NULL;
+	b->syms = NULL;
+	b->terms = NULL;
+}
+
+void gmb_fail(struct gm_b *b, const char *fmt, ...)
+{
+	if (b->failed)
+		return;
+	b->failed = true;
+	if (b->errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(b->err, b->errlen, fmt, ap);
+		va_end(ap);
+	}
+}
+
+static bool grow(struct gm_b *b, void **p, size_t *cap, size_t need, size_t el)
+{
+	if (need <= *cap)
+		return true;
+	size_t n = *cap ? *cap * 2 : 64;
+	while (n < need)
+		n *= 2;
+	void *q = realloc(*p, n * el);
+	if (!q) {
+		gmb_fail(b, "out of memory");
+		return false;
+	}
+	*p = q;
+	*cap = n;
+	return true;
+}
+
+int32_t gmb_nt(struct gm_b *b)
+{
+	if (b->n_nt >= INT32_MAX / 2) {
+		gmb_fail(b, "grammar too large");
+		return 0;
+	}
+	return b->n_nt++;
+}
+
+void gmb_prod(struct gm_b *b, int32_t nt, const int32_t *syms, int n)
+{
+	if (b->failed)
+		return;
+	if (b->n_syms + n + 1 > GM_MAX_SYMS) {
+		gmb_fail(b, "grammar too large (more than %u symbols)", GM_MAX_SYMS);
+		return;
+	}
+	if (!grow(b, (void **)&b->syms, &b->cap_syms, b->n_syms + n + 1,
+		  sizeof *b->syms) ||
+	    !grow(b, (void **)&b->prods, &b->cap_prods, b->n_prods + 1, sizeof *b->prods))
+		return;
+	b->prods[b->n_prods].lhs = nt;
+	b->prods[b->n_prods].pos = (uint32_t)b->n_syms;
+	b->n_prods++;
+	memcpy(b->syms + b->n_syms, syms, n * sizeof *syms);
+	b->n_syms += n;
+	b->syms[b->n_syms++] = GM_END;
+}
+
+int32_t gmb_set(struct gm_b *b, const uint64_t set[4])
+{
+	if (b->failed)
+		return 0;
+	size_t cap = b->cap_terms;
+	if (!grow(b, (void **)&b->terms, &cap, b->n_terms + 1, sizeof *b->terms))
+		return 0;
+	b->cap_terms = (int)cap;
+	memcpy(b->terms[b->n_terms], set, sizeof b->terms[0]);
+	return GM_TERM(b->n_terms++);
+}
+
+int32_t gmb_byte(struct gm_b *b, uint8_t c)
+{
+	if (b->byte_term[c])
+		return b->byte_term[c];
+	uint64_t s[4] = { 0 };
+	s[c >> 6] |= 1ull << (c & 63);
+	int32_t t = gmb_set(b, s);
+	if (!b->failed)
+		b->byte_term[c] = t;
+	return t;
+}
+
+int32_t gmb_bytes(struct gm_b *b, uint8_t lo, uint8_t hi)
+{
+	if (lo == hi)
+		return gmb_byte(b, lo);
+	uint64_t s[4] = { 0 };
+	for (int c = lo; c <= hi; c++)
+		s[c >> 6] |= 1ull << (c & 63);
+	return gmb_set(b, s);
+}
+
+int32_t gmb_seq(struct gm_b *b, const int32_t *syms, int n)
+{
+	if (n == 1)
+		return syms[0];
+	int32_t nt = gmb_nt(b);
+	gmb_prod(b, nt, syms, n);
+	return nt;
+}
+
+int32_t gmb_alt(struct gm_b *b, const int32_t *syms, int n)
+{
+	if (n == 1)
+		return syms[0];
+	int32_t nt = gmb_nt(b);
+	for (int i = 0; i < n; i++)
+		gmb_prod(b, nt, &syms[i], 1);
+	return nt;
+}
+
+int32_t gmb_eps(struct gm_b *b)
+{
+	int32_t nt = gmb_nt(b);
+	gmb_prod(b, nt, NULL, 0);
+	return nt;
+}
+
+int32_t gmb_none(struct gm_b *b)
+{
+	return gmb_nt(b);
+}
+
+int32_t gmb_lit(struct gm_b *b, const char *s, size_t n)
+{
+	if (n == 0)
+		return gmb_eps(b);
+	if (n > GM_MAX_SYMS) {
+		gmb_fail(b, "grammar too large");
+		return 0;
+	}
+	int32_t *v = malloc(n * sizeof *v);
+	if (!v) {
+		gmb_fail(b, "out of memory");
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		v[i] = gmb_byte(b, (uint8_t)s[i]);
+	int32_t r = gmb_seq(b, v, (int)n);
+	free(v);
+	return r;
+}
+
+/* Unbounded repetition is left-recursive (S -> S x | eps): Earley then
+ * keeps a constant number of items per byte, where right recursion would
+ * grow them with the length. */
+int32_t gmb_rep(struct gm_b *b, int32_t sym, long min, long max)
+{
+	if (min < 0 || (max >= 0 && max < min) || min > (long)GM_MAX_SYMS ||
+	    (max >= 0 && max > (long)GM_MAX_SYMS)) {
+		gmb_fail(b, "bad repetition {%ld,%ld}", min, max);
+		return 0;
+	}
+	if (min == 1 && max == 1)
+		return sym;
+	int32_t tail;
+	if (max < 0) {
+		tail = gmb_nt(b);
+		int32_t two[2] = { tail, sym };
+		gmb_prod(b, tail, NULL, 0);
+		gmb_prod(b, tail, two, 2);
+	} else {
+		tail = gmb_eps(b); /* O_0 */
+		for (long k = min; k < max && !b->failed; k++) {
+			int32_t o = gmb_nt(b), two[2] = { sym, tail };
+			gmb_prod(b, o, NULL, 0);
+			gmb_prod(b, o, two, 2);
+			tail = o;
+		}
+	}
+	if (min == 0)
+		return tail;
+	int32_t *v = malloc((min + 1) * sizeof *v);
+	if (!v) {
+		gmb_fail(b, "out of memory");
+		return 0;
+	}
+	for (long i = 0; i < min; i++)
+		v[i] = sym;
+	v[min] = tail;
+	int32_t nt = gmb_nt(b);
+	gmb_prod(b, nt, v, (int)min + 1);
+	free(v);
+	return nt;
+}
+
+/* ---- code point sets ---------------------------------------------------- */
+
+void cps_add(struct gm_cps *s, uint32_t lo, uint32_t hi)
+{
+	if (s->n < 0 || lo > hi)
+		return;
+	if (s->n == s->cap) {
+		int cap = s->cap ? s->cap * 2 : 8;
+		void *p = realloc(s->r, cap * sizeof *s->r);
+		if (!p) {
+			s->n = -1;
+			return;
+		}
+		s->r = p;
+		s->cap = cap;
+	}
+	s->r[s->n][0] = lo;
+	s->r[s->n][1] = hi;
+	s->n++;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+	const uint32_t *x = a, *y = b;
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+void cps_norm(struct gm_cps *s)
+{
+	if (s->n <= 0)
+		return;
+	qsort(s->r, s->n, sizeof *s->r, cmp_range);
+	int m = 0;
+	for (int i = 1; i < s->n; i++) {
+		if (s->r[i][0] <= s->r[m][1] + 1) {
+			if (s->r[i][1] > s->r[m][1])
+				s->r[m][1] = s->r[i][1];
+		} else {
+			m++;
+			s->r[m][0] = s->r[i][0];
+			s->r[m][1] = s->r[i][1];
+		}
+	}
+	s->n = m + 1;
+}
+
+void cps_negate(struct gm_cps *s)
+{
+	if (s->n < 0)
+		return;
+	cps_norm(s);
+	struct gm_cps o = { 0 };
+	uint32_t next = 0;
+	for (int i = 0; i < s->n; i++) {
+		if (s->r[i][0] > next)
+			cps_add(&o, next, s->r[i][0] - 1);
+		next = s->r[i][1] + 1;
+	}
+	if (next <= 0x10FFFF)
+		cps_add(&o, next, 0x10FFFF);
+	free(s->r);
+	*s = o;
+}
+
+void cps_free(struct gm_cps *s)
+{
+	free(s->r);
+	s->r = NULL;
+	s->n = s->cap = 0;
+}
+
+bool cps_failed(const struct gm_cps *s)
+{
+	return s->n < 0;
+}
+
+/* ---- UTF-8 ranges: split [lo, hi] until each piece is a sequence of byte
+ * ranges (as RE2 and regex-syntax's Utf8Sequences do). */
+
+static int utf8_enc(uint32_t c, uint8_t *o)
+{
+	if (c < 0x80) {
+		o[0] = c;
+		return 1;
+	}
+	if (c < 0x800) {
+		o[0] = 0xC0 | c >> 6;
+		o[1] = 0x80 | (c & 63);
+		return 2;
+	}
+	if (c < 0x10000) {
+		o[0] = 0xE0 | c >> 12;
+		o[1] = 0x80 | (c >> 6 & 63);
+		o[2] = 0x80 | (c & 63);
+		return 3;
+	}
+	o[0] = 0xF0 | c >> 18;
+	o[1] = 0x80 | (c >> 12 & 63);
+	o[2] = 0x80 | (c >> 6 & 63);
+	o[3] = 0x80 | (c & 63);
+	return 4;
+}
+
+static void utf8_split(struct gm_b *b, int32_t alt, uint32_t lo, uint32_t hi)
+{
+	static const uint32_t bound[] = { 0x7F, 0x7FF, 0xFFFF, 0x10FFFF };
+	for (int i = 0; i < 3; i++)
+		if (lo <= bound[i] && hi > bound[i]) {
+			utf8_split(b, alt, lo, bound[i]);
+			utf8_split(b, alt, bound[i] + 1, hi);
+			return;
+		}
+	uint8_t a[4], z[4];
+	int n = utf8_enc(lo, a);
+	if (n > 1)
+		for (int i = 1; i < n; i++) {
+			uint32_t m = (1u << (6 * i)) - 1;
+			if ((lo & ~m) != (hi & ~m)) {
+				if (lo & m) {
+					utf8_split(b, alt, lo, lo | m);
+					utf8_split(b, alt, (lo | m) + 1, hi);
+					return;
+				}
+				if ((hi & m) != m) {
+					utf8_split(b, alt, lo, (hi & ~m) - 1);
+					utf8_split(b, alt, hi & ~m, hi);
+					return;
+				}
+			}
+		}
+	utf8_enc(hi, z);
+	int32_t seq[4];
+	for (int i = 0; i < n; i++)
+		seq[i] = gmb_bytes(b, a[i], z[i]);
+	gmb_prod(b, alt, seq, n);
+}
+
+int32_t gmb_cps(struct gm_b *b, const uint32_t (*r)[2], int n)
+{
+	int32_t alt = gmb_nt(b);
+	for (int i = 0; i < n && !b->failed; i++) {
+		uint32_t lo = r[i][0], hi = r[i][1] > 0x10FFFF ? 0x10FFFF : r[i][1];
+		/* surrogates are not characters: UTF-8 cannot carry them */
+		if (lo <= 0xDFFF && hi >= 0xD800) {
+			if (lo < 0xD800)
+				utf8_split(b, alt, lo, 0xD7FF);
+			if (hi > 0xDFFF)
+				utf8_split(b, alt, 0xE000, hi);
+		} else if (lo <= hi) {
+			utf8_split(b, alt, lo, hi);
+		}
+	}
+	return alt;
+}
+
+/* ---- finishing: group productions by left side, nullable set ------------ */
+
+struct gm_grammar *gmb_finish(struct gm_b *b, int32_t start)
+{
+	if (b->failed)
+		return NULL;
+	/* the augmented production S' -> start */
+	int32_t top = gmb_nt(b);
+	gmb_prod(b, top, &start, 1);
+	if (b->failed)
+		return NULL;
+	struct gm_grammar *g = calloc(1, sizeof *g);
+	if (!g)
+		goto oom;
+	g->n_nt = b->n_nt;
+	g->n_terms = b->n_terms;
+	g->n_rhs = b->n_syms;
+	g->rhs = b->syms;
+	b->syms = NULL;
+	g->terms = b->terms;
+	b->terms = NULL;
+	g->pos_lhs = malloc(g->n_rhs * sizeof *g->pos_lhs);
+	g->nt_prods = calloc(g->n_nt + 1, sizeof *g->nt_prods);
+	g->prod_pos = malloc((b->n_prods + 1) * sizeof *g->prod_pos);
+	g->nullable = calloc(g->n_nt, 1);
+	if (!g->pos_lhs || !g->nt_prods || !g->prod_pos || !g->nullable)
+		goto oom;
+	for (size_t p = 0; p < b->n_prods; p++) {
+		uint32_t pos = b->prods[p].pos;
+		do
+			g->pos_lhs[pos] = b->prods[p].lhs;
+		while (g->rhs[pos++] != GM_END);
+		g->nt_prods[b->prods[p].lhs + 1]++;
+	}
+	for (int i = 0; i < g->n_nt; i++)
+		g->nt_prods[i + 1] += g->nt_prods[i];
+	uint32_t *fill = calloc(g->n_nt, sizeof *fill);
+	if (!fill)
+		goto oom;
+	for (size_t p = 0; p < b->n_prods; p++) {
+		int32_t l = b->prods[p].lhs;
+		g->prod_pos[g->nt_prods[l] + fill[l]++] = b->prods[p].pos;
+	}
+	free(fill);
+	/* nullable: iterate to a fixed point */
+	for (bool changed = true; changed;) {
+		changed = false;
+		for (size_t p = 0; p < b->n_prods; p++) {
+			int32_t l = b->prods[p].lhs;
+			if (g->nullable[l])
+				continue;
+			uint32_t pos = b->prods[p].pos;
+			while (g->rhs[pos] >= 0 && g->nullable[g->rhs[pos]])
+				pos++;
+			if (g->rhs[pos] == GM_END) {
+				g->nullable[l] = 1;
+				changed = true;
+			}
+		}
+	}
+	g->start = (int32_t)b->prods[b->n_prods - 1].pos;
+	g->accept = g->start + 1;
+	atomic_init(&g->refs, 1);
+	gmb_free(b);
+	return g;
+oom:
+	gmb_fail(b, "out of memory");
+	if (g) {
+		free(g->rhs);
+		free(g->terms);
+		free(g->pos_lhs);
+		free(g->nt_prods);
+		free(g->prod_pos);
+		free(g->nullable);
+		free(g);
+	}
+	return NULL;
+}

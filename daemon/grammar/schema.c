@@ -1,0 +1,1212 @@
+/* daemon/grammar/schema.c — JSON Schema into the grammar. Output is
+ * compact JSON with properties in the schema's order (optional ones may be
+ * left out, undeclared ones follow when allowed). A validation keyword the
+ * grammar cannot express is refused, naming it; keywords that are not
+ * validation keywords (title, description, x-..., unknown formats) are
+ * annotations and change nothing.
+ *
+ * allOf is merged into one schema; anyOf/oneOf become alternatives, each
+ * merged with its siblings (oneOf is read as anyOf: a grammar cannot count
+ * matches); $ref is a nonterminal, so recursion is free. */
+#include "daemon/grammar/gm_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SC_MAX_DEPTH 200
+
+struct sc {
+	struct gm_b *b;
+	struct jv_arena *a;
+	struct jv *root;
+	struct { const struct jv *node; int32_t nt; } *memo;
+	int n_memo, cap_memo;
+	int32_t any, string, number, integer, jchar;
+	int depth;
+};
+
+static int32_t sym(struct sc *c, const struct jv *s);
+static const struct jv *merge_list(struct sc *c, const struct jv *const *parts, int n);
+
+static bool serr(struct sc *c, const char *fmt, const char *arg)
+{
+	char m[200];
+	snprintf(m, sizeof m, fmt, arg);
+	gmb_fail(c->b, "JSON Schema: %s", m);
+	return false;
+}
+
+static bool is_true(const struct jv *v)
+{
+	return v && v->t == JV_BOOL && v->b;
+}
+
+/* ---- building jv values in the arena ---------------------------------- */
+
+static struct jv *jnew(struct sc *c, enum jv_type t)
+{
+	struct jv *v = jv_alloc(c->a, sizeof *v);
+	if (!v)
+		gmb_fail(c->b, "out of memory");
+	else
+		v->t = t;
+	return v;
+}
+
+static void jput(struct sc *c, struct jv *o, const char *k, size_t kl, struct jv *x)
+{
+	for (int i = 0; o->t == JV_OBJ && i < o->n; i++)
+		if (o->klen[i] == kl && !memcmp(o->keys[i], k, kl)) {
+			o->a[i] = x;
+			return;
+		}
+	struct jv **na = jv_alloc(c->a, (o->n + 1) * sizeof *na);
+	char **nk = jv_alloc(c->a, (o->n + 1) * sizeof *nk);
+	size_t *nl = jv_alloc(c->a, (o->n + 1) * sizeof *nl);
+	if (!na || !nk || !nl) {
+		gmb_fail(c->b, "out of memory");
+		return;
+	}
+	if (o->n) {
+		memcpy(na, o->a, o->n * sizeof *na);
+		if (o->keys) {
+			memcpy(nk, o->keys, o->n * sizeof *nk);
+			memcpy(nl, o->klen, o->n * sizeof *nl);
+		}
+	}
+	na[o->n] = x;
+	nk[o->n] = (char *)k;
+	nl[o->n] = kl;
+	o->a = na;
+	o->keys = nk;
+	o->klen = nl;
+	o->n++;
+}
+
+static struct jv *pair(struct sc *c, const struct jv *x, const struct jv *y)
+{
+	struct jv *arr = jnew(c, JV_ARR), *o = jnew(c, JV_OBJ);
+	if (!arr || !o)
+		return NULL;
+	jput(c, arr, NULL, 0, (struct jv *)x);
+	jput(c, arr, NULL, 0, (struct jv *)y);
+	jput(c, o, "allOf", 5, arr);
+	return o;
+}
+
+/* ---- $ref ---------------------------------------------------------------- */
+
+static const struct jv *pointer(struct sc *c, const char *ref)
+{
+	if (ref[0] != '#')
+		return serr(c, "$ref to '%s' (only local references are supported)", ref), NULL;
+	const struct jv *v = c->root;
+	const char *p = ref + 1;
+	if (*p && *p != '/')
+		return serr(c, "$ref to the anchor '%s' is not supported", ref), NULL;
+	while (*p == '/') {
+		p++;
+		char tok[512];
+		size_t n = 0;
+		while (*p && *p != '/' && n + 1 < sizeof tok) {
+			if (p[0] == '~' && p[1] == '0') tok[n++] = '~', p += 2;
+			else if (p[0] == '~' && p[1] == '1') tok[n++] = '/', p += 2;
+			else if (p[0] == '%' && p[1] && p[2]) {
+				char h[3] = { p[1], p[2], 0 };
+				tok[n++] = (char)strtol(h, NULL, 16);
+				p += 3;
+			} else tok[n++] = *p++;
+		}
+		tok[n] = 0;
+		if (v->t == JV_OBJ) {
+			v = jv_get(v, tok);
+		} else if (v->t == JV_ARR) {
+			char *end;
+			long i = strtol(tok, &end, 10);
+			v = *end || i < 0 || i >= v->n ? NULL : v->a[i];
+		} else {
+			v = NULL;
+		}
+		if (!v)
+			return serr(c, "$ref '%s' points nowhere", ref), NULL;
+	}
+	return v;
+}
+
+static const struct jv *deref(struct sc *c, const struct jv *s)
+{
+	for (int hops = 0; s && s->t == JV_OBJ; hops++) {
+		const struct jv *r = jv_get(s, "$ref");
+		if (!r || r->t != JV_STR)
+			return s;
+		if (hops > 64)
+			return serr(c, "$ref chain too long at '%s'", r->s), NULL;
+		s = pointer(c, r->s);
+	}
+	return s;
+}
+
+/* ---- keyword classes --------------------------------------------------- */
+
+static bool in(const char *k, const char *const *list)
+{
+	for (; *list; list++)
+		if (!strcmp(k, *list))
+			return true;
+	return false;
+}
+
+static const char *const refused[] = {
+	"not", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "if", "then",
+	"else", "contains", "minContains", "maxContains", "unevaluatedProperties",
+	"unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL
+};
+
+static const char *const validation[] = {
+	"type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
+	"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength",
+	"maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+	"multipleOf", "anyOf", "oneOf", "allOf", "not", "$ref", "minProperties", "maxProperties",
+	"dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "if", "then", "else",
+	"contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
+	"$dynamicRef", "$recursiveRef", NULL
+};
+
+static const char *const annotations[] = {
+	"$schema", "$id", "id", "title", "description", "default", "examples", "$comment",
+	"readOnly", "writeOnly", "deprecated", "definitions", "$defs", "contentMediaType",
+	"contentEncoding", "$anchor", "$vocabulary", "format", NULL
+};
+
+/* ---- literals and fixed pieces ---------------------------------------- */
+
+static int32_t lit_value(struct sc *c, const struct jv *v)
+{
+	struct gbuf b = { 0 };
+	jv_dump(&b, v);
+	int32_t s = b.oom ? (gmb_fail(c->b, "out of memory"), 0) : gmb_lit(c->b, b.p, b.n);
+	free(b.p);
+	return s;
+}
+
+static int32_t L(struct sc *c, const char *s)
+{
+	return gmb_lit(c->b, s, strlen(s));
+}
+
+static int32_t seq2(struct sc *c, int32_t x, int32_t y)
+{
+	int32_t v[2] = { x, y };
+	return gmb_seq(c->b, v, 2);
+}
+
+static int32_t seq3(struct sc *c, int32_t x, int32_t y, int32_t z)
+{
+	int32_t v[3] = { x, y, z };
+	return gmb_seq(c->b, v, 3);
+}
+
+static int32_t alt2(struct sc *c, int32_t x, int32_t y)
+{
+	int32_t v[2] = { x, y };
+	return gmb_alt(c->b, v, 2);
+}
+
+static int32_t digits(struct sc *c, char lo, char hi)
+{
+	return gmb_bytes(c->b, (uint8_t)lo, (uint8_t)hi);
+}
+
+static int32_t jchar(struct sc *c)
+{
+	if (!c->jchar) {
+		struct gm_cps all = { 0 };
+		cps_negate(&all);
+		c->jchar = gm_json_chars(c->b, &all);
+		cps_free(&all);
+	}
+	return c->jchar;
+}
+
+static int32_t json_string(struct sc *c)
+{
+	if (!c->string)
+		c->string = seq3(c, L(c, "\""), gmb_rep(c->b, jchar(c), 0, -1), L(c, "\""));
+	return c->string;
+}
+
+/* -?(0|[1-9][0-9]*) */
+static int32_t json_int(struct sc *c)
+{
+	if (!c->integer) {
+		int32_t nat = alt2(c, L(c, "0"), seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), 0, -1)));
+		c->integer = seq2(c, gmb_rep(c->b, L(c, "-"), 0, 1), nat);
+	}
+	return c->integer;
+}
+
+static int32_t frac_exp(struct sc *c)
+{
+	int32_t d = gmb_rep(c->b, digits(c, '0', '9'), 1, -1);
+	int32_t frac = gmb_rep(c->b, seq2(c, L(c, "."), d), 0, 1);
+	int32_t sign = gmb_rep(c->b, gmb_alt(c->b, (int32_t[]){ L(c, "+"), L(c, "-") }, 2), 0, 1);
+	int32_t exp = gmb_rep(c->b, seq3(c, gmb_alt(c->b, (int32_t[]){ L(c, "e"), L(c, "E") }, 2), sign, d), 0, 1);
+	return seq2(c, frac, exp);
+}
+
+static int32_t json_number(struct sc *c)
+{
+	if (!c->number)
+		c->number = seq2(c, json_int(c), frac_exp(c));
+	return c->number;
+}
+
+static int32_t json_any(struct sc *c)
+{
+	if (c->any)
+		return c->any;
+	c->any = gmb_nt(c->b);
+	int32_t v = c->any, str = json_string(c);
+	int32_t comma_v = seq2(c, L(c, ","), v);
+	int32_t arr = seq3(c, L(c, "["), gmb_rep(c->b, seq2(c, v, gmb_rep(c->b, comma_v, 0, -1)), 0, 1), L(c, "]"));
+	int32_t kv = seq3(c, str, L(c, ":"), v);
+	int32_t obj = seq3(c, L(c, "{"), gmb_rep(c->b, seq2(c, kv, gmb_rep(c->b, seq2(c, L(c, ","), kv), 0, -1)), 0, 1),
+			   L(c, "}"));
+	int32_t alts[] = { obj, arr, str, json_number(c), L(c, "true"), L(c, "false"), L(c, "null") };
+	for (int i = 0; i < 7; i++)
+		gmb_prod(c->b, v, &alts[i], 1);
+	return v;
+}
+
+/* ---- integers in a range ---------------------------------------------- */
+
+/* Decimal strings of equal length n from lo to hi. */
+static int32_t dig_range(struct sc *c, const char *lo, const char *hi, int n)
+{
+	if (n == 0)
+		return gmb_eps(c->b);
+	if (lo[0] == hi[0])
+		return seq2(c, gmb_byte(c->b, (uint8_t)lo[0]), dig_range(c, lo + 1, hi + 1, n - 1));
+	char zeros[24], nines[24];
+	memset(zeros, '0', n - 1);
+	memset(nines, '9', n - 1);
+	bool lo_min = !memcmp(lo + 1, zeros, n - 1), hi_max = !memcmp(hi + 1, nines, n - 1);
+	int32_t alts[3];
+	int k = 0;
+	char first = lo_min ? lo[0] : lo[0] + 1, last = hi_max ? hi[0] : hi[0] - 1;
+	if (!lo_min)
+		alts[k++] = seq2(c, gmb_byte(c->b, (uint8_t)lo[0]), dig_range(c, lo + 1, nines, n - 1));
+	if (first <= last)
+		alts[k++] = seq2(c, digits(c, first, last), gmb_rep(c->b, digits(c, '0', '9'), n - 1, n - 1));
+	if (!hi_max)
+		alts[k++] = seq2(c, gmb_byte(c->b, (uint8_t)hi[0]), dig_range(c, zeros, hi + 1, n - 1));
+	return gmb_alt(c->b, alts, k);
+}
+
+/* Naturals from lo to hi (hi < 0: no bound), without leading zeros. */
+static int32_t nat_range(struct sc *c, long long lo, long long hi)
+{
+	char a[24], z[24];
+	int la = snprintf(a, sizeof a, "%lld", lo);
+	int lz = hi < 0 ? la : snprintf(z, sizeof z, "%lld", hi);
+	int32_t alts[24];
+	int k = 0;
+	for (int len = la; len <= lz; len++) {
+		char from[24], to[24];
+		if (len == la)
+			memcpy(from, a, la + 1);
+		else
+			snprintf(from, sizeof from, "1%0*d", len - 1, 0);
+		if (hi >= 0 && len == lz)
+			memcpy(to, z, lz + 1);
+		else
+			memset(to, '9', len), to[len] = 0;
+		alts[k++] = dig_range(c, from, to, len);
+	}
+	if (hi < 0)
+		alts[k++] = seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), la, -1));
+	return gmb_alt(c->b, alts, k);
+}
+
+#define BIG 1e17
+
+static int32_t int_range(struct sc *c, double lo, double hi)
+{
+	/* lo/hi: inclusive integer bounds, +-INFINITY when none */
+	if (lo > hi)
+		return gmb_none(c->b);
+	int32_t alts[2];
+	int k = 0;
+	if (hi >= 0) /* the naturals */
+		alts[k++] = nat_range(c, lo > 0 ? (long long)lo : 0, isinf(hi) ? -1 : (long long)hi);
+	if (lo < 0) { /* -n for n from max(1, -hi) to -lo */
+		long long nlo = hi < -1 ? (long long)-hi : 1;
+		alts[k++] = seq2(c, L(c, "-"), nat_range(c, nlo, isinf(lo) ? -1 : (long long)-lo));
+	}
+	return gmb_alt(c->b, alts, k);
+}
+
+static bool num_kw(struct sc *c, const struct jv *s, const char *k, double *out)
+{
+	const struct jv *v = jv_get(s, k);
+	if (!v || v->t == JV_BOOL)
+		return false;
+	if (v->t != JV_NUM)
+		return serr(c, "'%s' is not a number", k);
+	*out = v->num;
+	return true;
+}
+
+/* Bounds of s: [lo, hi] with strictness; false when it has none. */
+static bool bounds(struct sc *c, const struct jv *s, double *lo, bool *xlo, double *hi, bool *xhi)
+{
+	*lo = -INFINITY, *hi = INFINITY, *xlo = *xhi = false;
+	double v;
+	bool any = false;
+	if (num_kw(c, s, "minimum", &v))
+		*lo = v, any = true;
+	if (num_kw(c, s, "maximum", &v))
+		*hi = v, any = true;
+	if (is_true(jv_get(s, "exclusiveMinimum")))
+		*xlo = true;
+	if (is_true(jv_get(s, "exclusiveMaximum")))
+		*xhi = true;
+	if (num_kw(c, s, "exclusiveMinimum", &v) && v >= *lo)
+		*lo = v, *xlo = true, any = true;
+	if (num_kw(c, s, "exclusiveMaximum", &v) && v <= *hi)
+		*hi = v, *xhi = true, any = true;
+	if (fabs(*lo) > BIG && !isinf(*lo))
+		*lo = -INFINITY;
+	if (fabs(*hi) > BIG && !isinf(*hi))
+		*hi = INFINITY;
+	return any;
+}
+
+static int32_t integer(struct sc *c, const struct jv *s)
+{
+	double lo, hi;
+	bool xlo, xhi;
+	const struct jv *m = jv_get(s, "multipleOf");
+	if (m && !(m->t == JV_NUM && m->num == 1))
+		return serr(c, "unsupported keyword '%s'", "multipleOf"), 0;
+	if (!bounds(c, s, &lo, &xlo, &hi, &xhi))
+		return json_int(c);
+	lo = xlo ? floor(lo) + 1 : ceil(lo);
+	hi = xhi ? ceil(hi) - 1 : floor(hi);
+	return int_range(c, lo, hi);
+}
+
+/* Decimals (no sign, no exponent) between whole a and b (b may be
+ * infinite), each end exclusive or not. */
+static int32_t magnitude(struct sc *c, double a, bool xa, double b, bool xb)
+{
+	int32_t d = gmb_rep(c->b, digits(c, '0', '9'), 1, -1);
+	int32_t frac = seq2(c, L(c, "."), d), anyfrac = gmb_rep(c->b, frac, 0, 1);
+	int32_t zeros = gmb_rep(c->b, seq2(c, L(c, "."), gmb_rep(c->b, L(c, "0"), 1, -1)), 0, 1);
+	int32_t alts[3];
+	int k = 0;
+	if (a == b)
+		return xa || xb ? gmb_none(c->b) : seq2(c, int_range(c, a, a), zeros);
+	if (a + 1 <= (isinf(b) ? INFINITY : b - 1))
+		alts[k++] = seq2(c, int_range(c, a + 1, isinf(b) ? INFINITY : b - 1), anyfrac);
+	/* at a: a fraction above zero when a is excluded */
+	int32_t nz = seq3(c, L(c, "."), gmb_rep(c->b, L(c, "0"), 0, -1),
+			  seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), 0, -1)));
+	alts[k++] = seq2(c, int_range(c, a, a), xa ? nz : anyfrac);
+	if (!isinf(b) && !xb)
+		alts[k++] = seq2(c, int_range(c, b, b), zeros);
+	return gmb_alt(c->b, alts, k);
+}
+
+static int32_t number(struct sc *c, const struct jv *s)
+{
+	double lo, hi;
+	bool xlo, xhi;
+	const struct jv *m = jv_get(s, "multipleOf");
+	if (m)
+		return serr(c, "unsupported keyword '%s' on a number", "multipleOf"), 0;
+	if (!bounds(c, s, &lo, &xlo, &hi, &xhi))
+		return json_number(c);
+	if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi)))
+		return serr(c, "unsupported keyword '%s' on a number (only whole bounds)",
+			    !isinf(lo) && lo != floor(lo) ? "minimum" : "maximum"), 0;
+	if (lo > hi || (lo == hi && (xlo || xhi)))
+		return gmb_none(c->b);
+	int32_t alts[2];
+	int k = 0;
+	if (hi > 0 || (hi == 0 && !xhi)) /* x >= 0 */
+		alts[k++] = magnitude(c, lo > 0 ? lo : 0, lo > 0 ? xlo : false, hi, xhi);
+	if (lo < 0) /* x = -y, y > 0 */
+		alts[k++] = seq2(c, L(c, "-"), magnitude(c, hi < 0 ? -hi : 0, hi < 0 ? xhi : true, -lo, xlo));
+	return gmb_alt(c->b, alts, k);
+}
+
+/* ---- strings ------------------------------------------------------------ */
+
+static const struct { const char *name, *re; } formats[] = {
+	{ "date", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$" },
+	{ "time", "^([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$" },
+	{ "date-time", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$" },
+	{ "uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$" },
+	{ "email", "^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*$" },
+	{ "uri", "^[a-zA-Z][a-zA-Z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]*$" },
+	{ "ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$" },
+};
+
+static int32_t string(struct sc *c, const struct jv *s)
+{
+	double mn = 0, mx = -1;
+	const struct jv *v;
+	if ((v = jv_get(s, "minLength")) && v->t == JV_NUM)
+		mn = v->num;
+	if ((v = jv_get(s, "maxLength")) && v->t == JV_NUM)
+		mx = v->num;
+	const struct jv *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
+	const char *re = NULL;
+	size_t relen = 0;
+	if (pat && pat->t == JV_STR) {
+		re = pat->s;
+		relen = pat->len;
+	} else if (fmt && fmt->t == JV_STR) {
+		for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
+			if (!strcmp(fmt->s, formats[i].name)) {
+				re = formats[i].re;
+				relen = strlen(re);
+			}
+	}
+	int32_t body;
+	if (re) {
+		if (mn > 0 || mx >= 0)
+			return serr(c, "unsupported keyword '%s' together with pattern or format",
+				    mn > 0 ? "minLength" : "maxLength"), 0;
+		body = gm_regex(c->b, re, relen, true);
+	} else {
+		if (mn > 100000 || mx > 100000)
+			return serr(c, "'%s' above 100000", mn > 100000 ? "minLength" : "maxLength"), 0;
+		body = gmb_rep(c->b, jchar(c), (long)mn, mx < 0 ? -1 : (long)mx);
+	}
+	return seq3(c, L(c, "\""), body, L(c, "\""));
+}
+
+/* ---- arrays ------------------------------------------------------------- */
+
+static int32_t array(struct sc *c, const struct jv *s)
+{
+	const struct jv *items = jv_get(s, "items"), *prefix = jv_get(s, "prefixItems"), *v;
+	if (items && items->t == JV_ARR) {
+		prefix = items;
+		items = jv_get(s, "additionalItems");
+	}
+	long mn = 0, mx = -1;
+	if ((v = jv_get(s, "minItems")) && v->t == JV_NUM)
+		mn = (long)v->num;
+	if ((v = jv_get(s, "maxItems")) && v->t == JV_NUM)
+		mx = (long)v->num;
+	if (is_true(jv_get(s, "uniqueItems")) && !(mx >= 0 && mx <= 1))
+		return serr(c, "unsupported keyword '%s'", "uniqueItems"), 0;
+	if (mn > 100000 || mx > 100000)
+		return serr(c, "'%s' above 100000", mn > 100000 ? "minItems" : "maxItems"), 0;
+	int k = prefix && prefix->t == JV_ARR ? prefix->n : 0;
+	if (mx >= 0 && k > mx)
+		k = (int)mx;
+	bool tail_ok = mx < 0 || mx > k;
+	int32_t item = !items || is_true(items) ? json_any(c) : sym(c, items);
+	int32_t comma_item = seq2(c, L(c, ","), item);
+	long lo = mn > k ? mn - k : 0, hi = mx < 0 ? -1 : mx - k;
+	int32_t tf, ta; /* the tail, first in the array / after an element */
+	if (!tail_ok || (items && items->t == JV_BOOL && !items->b)) {
+		tf = ta = lo == 0 ? gmb_eps(c->b) : gmb_none(c->b);
+	} else {
+		ta = gmb_rep(c->b, comma_item, lo, hi);
+		int32_t some = seq2(c, item, gmb_rep(c->b, comma_item, lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1));
+		tf = lo == 0 ? alt2(c, gmb_eps(c->b), some) : some;
+	}
+	for (int i = k - 1; i >= 0 && !c->b->failed; i--) {
+		int32_t e = sym(c, prefix->a[i]);
+		int32_t nf = seq2(c, e, ta), na = seq3(c, L(c, ","), e, ta);
+		if (i >= mn) {
+			nf = alt2(c, gmb_eps(c->b), nf);
+			na = alt2(c, gmb_eps(c->b), na);
+		}
+		tf = nf;
+		ta = na;
+	}
+	return seq3(c, L(c, "["), tf, L(c, "]"));
+}
+
+/* ---- objects ------------------------------------------------------------ */
+
+static int32_t key_lit(struct sc *c, const char *k, size_t n)
+{
+	struct gbuf b = { 0 };
+	jv_dump_str(&b, k, n);
+	gbuf_putc(&b, ':');
+	int32_t s = b.oom ? (gmb_fail(c->b, "out of memory"), 0) : gmb_lit(c->b, b.p, b.n);
+	free(b.p);
+	return s;
+}
+
+static uint32_t cp_at(const char *s, size_t n, size_t *len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	uint32_t c = u[0];
+	int l = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+	if ((size_t)l > n)
+		l = 1;
+	uint32_t v = l == 1 ? c : l == 2 ? c & 0x1F : l == 3 ? c & 0x0F : c & 0x07;
+	for (int k = 1; k < l; k++)
+		v = v << 6 | (u[k] & 0x3F);
+	*len = l;
+	return v;
+}
+
+/* The rest of a key (closing quote included) that makes it none of the n
+ * names, all of which share their first `off` bytes: an undeclared member
+ * must not reuse a declared name with another schema. */
+static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth)
+{
+	if (depth > 256)
+		return serr(c, "property name too long%s", ""), 0;
+	int32_t *alts = malloc((n + 2) * sizeof *alts);
+	uint32_t *cps = malloc((n + 1) * sizeof *cps);
+	if (!alts || !cps) {
+		free(alts);
+		free(cps);
+		return gmb_fail(c->b, "out of memory"), 0;
+	}
+	int na = 0, nc = 0;
+	bool ends = false;
+	struct gm_cps next = { 0 };
+	for (int i = 0; i < n; i++) {
+		if (kl[i] == off) {
+			ends = true;
+			continue;
+		}
+		size_t l;
+		uint32_t cp = cp_at(k[i] + off, kl[i] - off, &l);
+		cps_add(&next, cp, cp);
+	}
+	if (!ends)
+		alts[na++] = L(c, "\"");
+	cps_negate(&next);
+	alts[na++] = seq3(c, gm_json_chars(c->b, &next), gmb_rep(c->b, jchar(c), 0, -1), L(c, "\""));
+	cps_free(&next);
+	for (int i = 0; i < n && !c->b->failed; i++) {
+		if (kl[i] == off)
+			continue;
+		size_t l;
+		uint32_t cp = cp_at(k[i] + off, kl[i] - off, &l);
+		bool seen = false;
+		for (int j = 0; j < nc && !seen; j++)
+			seen = cps[j] == cp;
+		if (seen)
+			continue;
+		cps[nc++] = cp;
+		/* the names that go on with this character */
+		const char **sk = malloc(n * sizeof *sk);
+		size_t *sl = malloc(n * sizeof *sl);
+		int m = 0;
+		if (!sk || !sl) {
+			free(sk);
+			free(sl);
+			gmb_fail(c->b, "out of memory");
+			break;
+		}
+		for (int j = i; j < n; j++) {
+			size_t l2;
+			if (kl[j] > off && cp_at(k[j] + off, kl[j] - off, &l2) == cp) {
+				sk[m] = k[j];
+				sl[m++] = kl[j];
+			}
+		}
+		struct gm_cps one = { 0 };
+		cps_add(&one, cp, cp);
+		int32_t ch = gm_json_chars(c->b, &one);
+		cps_free(&one);
+		alts[na++] = seq2(c, ch, other_name(c, sk, sl, m, off + l, depth + 1));
+		free(sk);
+		free(sl);
+	}
+	int32_t r = c->b->failed ? 0 : gmb_alt(c->b, alts, na);
+	free(alts);
+	free(cps);
+	return r;
+}
+
+static int32_t object(struct sc *c, const struct jv *s)
+{
+	const struct jv *props = jv_get(s, "properties"), *req = jv_get(s, "required");
+	const struct jv *ap = jv_get(s, "additionalProperties"), *pp = jv_get(s, "patternProperties");
+	if (props && props->t != JV_OBJ)
+		props = NULL;
+	int np = props ? props->n : 0, nr = req && req->t == JV_ARR ? req->n : 0;
+	struct ent { const char *k; size_t kl; const struct jv *s; bool req; } *e = calloc(np + nr + 1, sizeof *e);
+	if (!e)
+		return gmb_fail(c->b, "out of memory"), 0;
+	int n = 0;
+	for (int i = 0; i < np; i++)
+		e[n++] = (struct ent){ props->keys[i], props->klen[i], props->a[i], false };
+	for (int i = 0; i < nr; i++) {
+		const struct jv *r = req->a[i];
+		if (r->t != JV_STR)
+			continue;
+		int j = 0;
+		while (j < n && !(e[j].kl == r->len && !memcmp(e[j].k, r->s, r->len)))
+			j++;
+		if (j == n)
+			e[n++] = (struct ent){ r->s, r->len, ap, false };
+		e[j].req = true;
+	}
+	bool ap_false = ap && ap->t == JV_BOOL && !ap->b;
+	int32_t extra = 0; /* one undeclared member, 0 if none is allowed */
+	if (pp && pp->t == JV_OBJ && pp->n > 0) {
+		if (!ap_false) {
+			free(e);
+			return serr(c, "unsupported keyword '%s' (only with additionalProperties false)",
+				    "patternProperties"), 0;
+		}
+		int32_t *alts = malloc(pp->n * sizeof *alts);
+		if (!alts) {
+			free(e);
+			return gmb_fail(c->b, "out of memory"), 0;
+		}
+		for (int i = 0; i < pp->n; i++) {
+			int32_t key = seq3(c, L(c, "\""), gm_regex(c->b, pp->keys[i], pp->klen[i], true), L(c, "\":"));
+			alts[i] = seq2(c, key, sym(c, pp->a[i]));
+		}
+		extra = gmb_alt(c->b, alts, pp->n);
+		free(alts);
+	} else if (!ap_false) {
+		const char **nk = malloc((n + 1) * sizeof *nk);
+		size_t *nl = malloc((n + 1) * sizeof *nl);
+		if (!nk || !nl) {
+			free(nk);
+			free(nl);
+			free(e);
+			return gmb_fail(c->b, "out of memory"), 0;
+		}
+		for (int i = 0; i < n; i++)
+			nk[i] = e[i].k, nl[i] = e[i].kl;
+		int32_t key = n ? seq2(c, L(c, "\""), other_name(c, nk, nl, n, 0, 0)) : json_string(c);
+		free(nk);
+		free(nl);
+		extra = seq3(c, key, L(c, ":"), !ap || is_true(ap) ? json_any(c) : sym(c, ap));
+	}
+	const struct jv *v;
+	long mnp = -1, mxp = -1, nreq = 0;
+	for (int i = 0; i < n; i++)
+		nreq += e[i].req;
+	if ((v = jv_get(s, "minProperties")) && v->t == JV_NUM)
+		mnp = (long)v->num;
+	if ((v = jv_get(s, "maxProperties")) && v->t == JV_NUM)
+		mxp = (long)v->num;
+	if ((mnp > nreq) || (mxp >= 0 && (extra || mxp < n))) {
+		free(e);
+		return serr(c, "unsupported keyword '%s'", mnp > nreq ? "minProperties" : "maxProperties"), 0;
+	}
+	/* from the end: A = the rest after something was written, B = before */
+	int32_t A, B;
+	if (extra) {
+		int32_t ce = seq2(c, L(c, ","), extra);
+		A = gmb_rep(c->b, ce, 0, -1);
+		B = alt2(c, gmb_eps(c->b), seq2(c, extra, A));
+	} else {
+		A = B = gmb_eps(c->b);
+	}
+	for (int i = n - 1; i >= 0 && !c->b->failed; i--) {
+		const struct jv *ps = e[i].s;
+		bool never = ps && ps->t == JV_BOOL && !ps->b;
+		if (never) {
+			if (e[i].req) {
+				A = B = gmb_none(c->b);
+			}
+			continue;
+		}
+		int32_t kv = seq2(c, key_lit(c, e[i].k, e[i].kl), !ps || is_true(ps) ? json_any(c) : sym(c, ps));
+		int32_t nA = seq3(c, L(c, ","), kv, A), nB = seq2(c, kv, A);
+		if (!e[i].req) {
+			nA = alt2(c, nA, A);
+			nB = alt2(c, nB, B);
+		}
+		A = nA;
+		B = nB;
+	}
+	free(e);
+	return seq3(c, L(c, "{"), B, L(c, "}"));
+}
+
+/* ---- allOf: one schema from several ----------------------------------- */
+
+static struct jv *type_list(struct sc *c, const struct jv *t)
+{
+	struct jv *l = jnew(c, JV_ARR);
+	if (!l)
+		return NULL;
+	if (t->t == JV_STR)
+		jput(c, l, NULL, 0, (struct jv *)t);
+	else if (t->t == JV_ARR)
+		for (int i = 0; i < t->n; i++)
+			jput(c, l, NULL, 0, t->a[i]);
+	return l;
+}
+
+static bool has_type(const struct jv *l, const char *t)
+{
+	for (int i = 0; i < l->n; i++)
+		if (l->a[i]->t == JV_STR && (!strcmp(l->a[i]->s, t) ||
+					      (!strcmp(t, "integer") && !strcmp(l->a[i]->s, "number"))))
+			return true;
+	return false;
+}
+
+static void merge_into(struct sc *c, struct jv *res, const struct jv *s, int depth)
+{
+	if (depth > 32) {
+		serr(c, "%s nested too deep", "allOf");
+		return;
+	}
+	if (s && s->t == JV_BOOL) {
+		struct jv *t = s->b ? NULL : jnew(c, JV_BOOL);
+		if (t) {
+			t->b = true;
+			jput(c, res, "not", 3, t); /* not: true, nothing matches */
+		}
+		return;
+	}
+	if (!s || s->t != JV_OBJ) {
+		serr(c, "%s: a schema is not an object", "allOf");
+		return;
+	}
+	const struct jv *r = jv_get(s, "$ref");
+	if (r && r->t == JV_STR) {
+		const struct jv *t = pointer(c, r->s);
+		if (!t)
+			return;
+		merge_into(c, res, t, depth + 1);
+	}
+	const struct jv *all = jv_get(s, "allOf");
+	if (all && all->t == JV_ARR)
+		for (int i = 0; i < all->n && !c->b->failed; i++)
+			merge_into(c, res, all->a[i], depth + 1);
+	for (int i = 0; i < s->n && !c->b->failed; i++) {
+		const char *k = s->keys[i];
+		const struct jv *v = s->a[i], *old = jv_get(res, k);
+		if (!strcmp(k, "allOf") || !strcmp(k, "$ref"))
+			continue;
+		if (!old || in(k, annotations) || !in(k, validation)) {
+			if (!old)
+				jput(c, res, k, s->klen[i], (struct jv *)v);
+			continue;
+		}
+		if (jv_equal(old, v))
+			continue;
+		if (!strcmp(k, "properties") && old->t == JV_OBJ && v->t == JV_OBJ) {
+			struct jv *o = jnew(c, JV_OBJ);
+			if (!o)
+				return;
+			for (int j = 0; j < old->n; j++)
+				jput(c, o, old->keys[j], old->klen[j], old->a[j]);
+			for (int j = 0; j < v->n; j++) {
+				const struct jv *was = jv_get(o, v->keys[j]);
+				jput(c, o, v->keys[j], v->klen[j], was ? pair(c, was, v->a[j]) : v->a[j]);
+			}
+			jput(c, res, k, s->klen[i], o);
+		} else if (!strcmp(k, "required") && old->t == JV_ARR && v->t == JV_ARR) {
+			struct jv *l = jnew(c, JV_ARR);
+			if (!l)
+				return;
+			for (int j = 0; j < old->n; j++)
+				jput(c, l, NULL, 0, old->a[j]);
+			for (int j = 0; j < v->n; j++) {
+				bool dup = false;
+				for (int q = 0; q < l->n && !dup; q++)
+					dup = jv_equal(l->a[q], v->a[j]);
+				if (!dup)
+					jput(c, l, NULL, 0, v->a[j]);
+			}
+			jput(c, res, k, s->klen[i], l);
+		} else if (!strcmp(k, "type")) {
+			struct jv *a = type_list(c, old), *b = type_list(c, v), *l = jnew(c, JV_ARR);
+			if (!a || !b || !l)
+				return;
+			for (int j = 0; j < a->n; j++)
+				if (a->a[j]->t == JV_STR && has_type(b, a->a[j]->s))
+					jput(c, l, NULL, 0, a->a[j]);
+				else if (a->a[j]->t == JV_STR && !strcmp(a->a[j]->s, "number") && has_type(b, "integer")) {
+					struct jv *t = jnew(c, JV_STR);
+					if (!t)
+						return;
+					t->s = "integer";
+					t->len = 7;
+					jput(c, l, NULL, 0, t);
+				}
+			jput(c, res, k, s->klen[i], l);
+		} else if (!strcmp(k, "enum") && old->t == JV_ARR && v->t == JV_ARR) {
+			struct jv *l = jnew(c, JV_ARR);
+			if (!l)
+				return;
+			for (int j = 0; j < old->n; j++)
+				for (int q = 0; q < v->n; q++)
+					if (jv_equal(old->a[j], v->a[q])) {
+						jput(c, l, NULL, 0, old->a[j]);
+						break;
+					}
+			jput(c, res, k, s->klen[i], l);
+		} else if ((!strcmp(k, "additionalProperties") || !strcmp(k, "items")) && old->t != JV_ARR &&
+			   v->t != JV_ARR) {
+			jput(c, res, k, s->klen[i], pair(c, old, v));
+		} else if (old->t == JV_NUM && v->t == JV_NUM &&
+			   (!strcmp(k, "minimum") || !strcmp(k, "minLength") || !strcmp(k, "minItems") ||
+			    !strcmp(k, "maximum") || !strcmp(k, "maxLength") || !strcmp(k, "maxItems"))) {
+			bool take_max = !strncmp(k, "min", 3);
+			if (take_max ? v->num > old->num : v->num < old->num)
+				jput(c, res, k, s->klen[i], (struct jv *)v);
+		} else if ((!strcmp(k, "anyOf") || !strcmp(k, "oneOf")) && v->t == JV_ARR && old->t == JV_ARR) {
+			/* (a|b) & (c|d): nest the second inside each branch of the first */
+			struct jv *l = jnew(c, JV_ARR);
+			if (!l)
+				return;
+			for (int j = 0; j < old->n; j++) {
+				struct jv *o = jnew(c, JV_OBJ);
+				if (!o)
+					return;
+				jput(c, o, k, s->klen[i], (struct jv *)v);
+				jput(c, l, NULL, 0, pair(c, old->a[j], o));
+			}
+			jput(c, res, k, s->klen[i], l);
+		} else {
+			serr(c, "allOf: conflicting values for '%s'", k);
+		}
+	}
+}
+
+static const struct jv *merge_list(struct sc *c, const struct jv *const *parts, int n)
+{
+	struct jv *res = jnew(c, JV_OBJ);
+	if (!res)
+		return NULL;
+	for (int i = 0; i < n && !c->b->failed; i++)
+		merge_into(c, res, parts[i], 0);
+	return c->b->failed ? NULL : res;
+}
+
+/* ---- a schema ----------------------------------------------------------- */
+
+static int32_t by_type(struct sc *c, const struct jv *s)
+{
+	const struct jv *t = jv_get(s, "type");
+	static const char *const all[] = { "object", "array", "string", "number", "integer", "boolean", "null" };
+	bool want[7] = { 0 };
+	if (!t) {
+		for (int i = 0; i < 7; i++)
+			want[i] = i != 4; /* number covers integer */
+	} else {
+		const struct jv *one[1] = { t };
+		const struct jv *const *l = t->t == JV_ARR ? (const struct jv *const *)t->a : one;
+		int n = t->t == JV_ARR ? t->n : 1;
+		for (int i = 0; i < n; i++) {
+			int k = 0;
+			while (k < 7 && !(l[i]->t == JV_STR && !strcmp(l[i]->s, all[k])))
+				k++;
+			if (k == 7)
+				return serr(c, "unknown type in '%s'", "type"), 0;
+			want[k] = true;
+		}
+		if (want[3])
+			want[4] = false;
+	}
+	int32_t alts[7];
+	int n = 0;
+	if (want[0]) alts[n++] = object(c, s);
+	if (want[1]) alts[n++] = array(c, s);
+	if (want[2]) alts[n++] = string(c, s);
+	if (want[3]) alts[n++] = number(c, s);
+	if (want[4]) alts[n++] = integer(c, s);
+	if (want[5]) alts[n++] = alt2(c, L(c, "true"), L(c, "false"));
+	if (want[6]) alts[n++] = L(c, "null");
+	return n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
+}
+
+static int32_t body(struct sc *c, const struct jv *s)
+{
+	if (s->t == JV_BOOL)
+		return s->b ? json_any(c) : gmb_none(c->b);
+	if (s->t != JV_OBJ)
+		return serr(c, "a schema must be an object or a boolean%s", ""), 0;
+	for (int i = 0; i < s->n; i++)
+		if (in(s->keys[i], refused)) {
+			/* not: true (a merged false schema) matches nothing */
+			const struct jv *v = s->a[i];
+			if (!strcmp(s->keys[i], "not") && v->t == JV_BOOL && !v->b)
+				continue;
+			if (!strcmp(s->keys[i], "not") && v->t == JV_BOOL && v->b)
+				return gmb_none(c->b);
+			return serr(c, "unsupported keyword '%s'", s->keys[i]), 0;
+		}
+	const struct jv *all = jv_get(s, "allOf"), *r = jv_get(s, "$ref");
+	bool ref_alone = r && r->t == JV_STR;
+	for (int i = 0; i < s->n && ref_alone; i++)
+		if (strcmp(s->keys[i], "$ref") && !in(s->keys[i], annotations))
+			ref_alone = false;
+	if (ref_alone) {
+		const struct jv *t = pointer(c, r->s);
+		return t ? sym(c, t) : 0;
+	}
+	if ((all && all->t == JV_ARR) || (r && r->t == JV_STR)) {
+		const struct jv *m = merge_list(c, &s, 1);
+		return m ? sym(c, m) : 0;
+	}
+	const char *which = jv_get(s, "anyOf") ? "anyOf" : jv_get(s, "oneOf") ? "oneOf" : NULL;
+	if (which) {
+		const struct jv *l = jv_get(s, which);
+		if (l->t != JV_ARR || l->n == 0)
+			return serr(c, "'%s' must be a non-empty array", which), 0;
+		/* the siblings, without this keyword, merged into every branch */
+		struct jv *rest = jnew(c, JV_OBJ);
+		if (!rest)
+			return 0;
+		bool siblings = false;
+		for (int i = 0; i < s->n; i++)
+			if (strcmp(s->keys[i], which)) {
+				jput(c, rest, s->keys[i], s->klen[i], s->a[i]);
+				siblings |= !in(s->keys[i], annotations);
+			}
+		int32_t *alts = malloc(l->n * sizeof *alts);
+		if (!alts)
+			return gmb_fail(c->b, "out of memory"), 0;
+		for (int i = 0; i < l->n && !c->b->failed; i++) {
+			if (!siblings) {
+				alts[i] = sym(c, l->a[i]);
+			} else {
+				const struct jv *parts[2] = { rest, l->a[i] };
+				const struct jv *m = merge_list(c, parts, 2);
+				alts[i] = m ? sym(c, m) : 0;
+			}
+		}
+		int32_t a = c->b->failed ? 0 : gmb_alt(c->b, alts, l->n);
+		free(alts);
+		return a;
+	}
+	const struct jv *k = jv_get(s, "const"), *en = jv_get(s, "enum");
+	if (k)
+		return lit_value(c, k);
+	if (en) {
+		if (en->t != JV_ARR)
+			return serr(c, "'%s' must be an array", "enum"), 0;
+		if (en->n == 0)
+			return gmb_none(c->b);
+		int32_t *alts = malloc(en->n * sizeof *alts);
+		if (!alts)
+			return gmb_fail(c->b, "out of memory"), 0;
+		for (int i = 0; i < en->n; i++)
+			alts[i] = lit_value(c, en->a[i]);
+		int32_t a = gmb_alt(c->b, alts, en->n);
+		free(alts);
+		return a;
+	}
+	return by_type(c, s);
+}
+
+/* Every schema node gets its own nonterminal, made before its body: a $ref
+ * back to a node being compiled finds it. */
+static int32_t sym(struct sc *c, const struct jv *s)
+{
+	if (c->b->failed)
+		return 0;
+	for (int i = 0; i < c->n_memo; i++)
+		if (c->memo[i].node == s)
+			return c->memo[i].nt;
+	if (++c->depth > SC_MAX_DEPTH) {
+		c->depth--;
+		return serr(c, "schema nested too deep%s", ""), 0;
+	}
+	if (c->n_memo == c->cap_memo) {
+		int cap = c->cap_memo ? c->cap_memo * 2 : 64;
+		void *m = realloc(c->memo, cap * sizeof *c->memo);
+		if (!m)
+			return gmb_fail(c->b, "out of memory"), 0;
+		c->memo = m;
+		c->cap_memo = cap;
+	}
+	int32_t nt = gmb_nt(c->b);
+	c->memo[c->n_memo].node = s;
+	c->memo[c->n_memo].nt = nt;
+	c->n_memo++;
+	int32_t x = body(c, s);
+	gmb_prod(c->b, nt, &x, 1);
+	c->depth--;
+	return nt;
+}
+
+int32_t gm_schema(struct gm_b *b, const char *src, size_t len)
+{
+	struct sc c = { .b = b };
+	if (!(c.a = jv_arena_new()))
+		return gmb_fail(b, "out of memory"), 0;
+	int32_t s = 0;
+	char err[160];
+	if (jv_parse(c.a, src, len, &c.root, err, sizeof err))
+		gmb_fail(b, "JSON Schema: %s", err);
+	else
+		s = sym(&c, c.root);
+	free(c.memo);
+	jv_arena_free(c.a);
+	return s;
+}
+
+/* ---- instances in the grammar's key order ----------------------------- */
+
+struct names {
+	const char **k;
+	size_t *l;
+	int n, cap;
+};
+
+static void props_of(struct sc *c, const struct jv *s, struct names *o, int depth)
+{
+	s = deref(c, s);
+	if (!s || s->t != JV_OBJ || depth > 32 || o->n < 0)
+		return;
+	const struct jv *p = jv_get(s, "properties");
+	for (int i = 0; p && p->t == JV_OBJ && i < p->n; i++) {
+		int j = 0;
+		while (j < o->n && !(o->l[j] == p->klen[i] && !memcmp(o->k[j], p->keys[i], p->klen[i])))
+			j++;
+		if (j < o->n)
+			continue;
+		if (o->n == o->cap) {
+			o->cap = o->cap ? o->cap * 2 : 16;
+			const char **nk = realloc(o->k, o->cap * sizeof *nk);
+			if (nk)
+				o->k = nk;
+			size_t *nl = realloc(o->l, o->cap * sizeof *nl);
+			if (nl)
+				o->l = nl;
+			if (!nk || !nl) {
+				o->n = -1;
+				return;
+			}
+		}
+		o->k[o->n] = p->keys[i];
+		o->l[o->n++] = p->klen[i];
+	}
+	static const char *const subs[] = { "allOf", "anyOf", "oneOf" };
+	for (int k = 0; k < 3; k++) {
+		const struct jv *l = jv_get(s, subs[k]);
+		for (int i = 0; l && l->t == JV_ARR && i < l->n; i++)
+			props_of(c, l->a[i], o, depth + 1);
+	}
+}
+
+static const struct jv *child_of(struct sc *c, const struct jv *s, const char *k, int depth)
+{
+	s = deref(c, s);
+	if (!s || s->t != JV_OBJ || depth > 32)
+		return NULL;
+	const struct jv *p = jv_get(jv_get(s, "properties"), k);
+	if (p)
+		return p;
+	static const char *const subs[] = { "allOf", "anyOf", "oneOf" };
+	for (int j = 0; j < 3; j++) {
+		const struct jv *l = jv_get(s, subs[j]);
+		for (int i = 0; l && l->t == JV_ARR && i < l->n; i++)
+			if ((p = child_of(c, l->a[i], k, depth + 1)))
+				return p;
+	}
+	p = jv_get(s, "additionalProperties");
+	return p && p->t == JV_OBJ ? p : NULL;
+}
+
+static const struct jv *item_of(struct sc *c, const struct jv *s, int i)
+{
+	s = deref(c, s);
+	if (!s || s->t != JV_OBJ)
+		return NULL;
+	const struct jv *pre = jv_get(s, "prefixItems"), *it = jv_get(s, "items");
+	if (it && it->t == JV_ARR) {
+		pre = it;
+		it = jv_get(s, "additionalItems");
+	}
+	if (pre && pre->t == JV_ARR && i < pre->n)
+		return pre->a[i];
+	return it && it->t == JV_OBJ ? it : NULL;
+}
+
+static void canon(struct sc *c, const struct jv *s, const struct jv *v, struct gbuf *b, int depth)
+{
+	if (depth > 256 || (v->t != JV_OBJ && v->t != JV_ARR) || !s) {
+		jv_dump(b, v);
+		return;
+	}
+	if (v->t == JV_ARR) {
+		gbuf_putc(b, '[');
+		for (int i = 0; i < v->n; i++) {
+			if (i)
+				gbuf_putc(b, ',');
+			canon(c, item_of(c, s, i), v->a[i], b, depth + 1);
+		}
+		gbuf_putc(b, ']');
+		return;
+	}
+	struct names nm = { 0 };
+	props_of(c, s, &nm, 0);
+	gbuf_putc(b, '{');
+	bool *done = calloc(v->n + 1, 1);
+	bool first = true;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int j = 0; j < (pass ? v->n : (nm.n > 0 ? nm.n : 0)); j++) {
+			int i;
+			if (pass == 0) {
+				for (i = 0; i < v->n; i++)
+					if (v->klen[i] == nm.l[j] && !memcmp(v->keys[i], nm.k[j], nm.l[j]))
+						break;
+				if (i == v->n)
+					continue;
+			} else {
+				i = j;
+			}
+			if (!done || done[i])
+				continue;
+			done[i] = true;
+			if (!first)
+				gbuf_putc(b, ',');
+			first = false;
+			jv_dump_str(b, v->keys[i], v->klen[i]);
+			gbuf_putc(b, ':');
+			canon(c, child_of(c, s, v->keys[i], 0), v->a[i], b, depth + 1);
+		}
+	}
+	gbuf_putc(b, '}');
+	free(done);
+	free(nm.k);
+	free(nm.l);
+}
+
+int gm_json_canonical(const char *schema, size_t slen, const char *inst, size_t ilen, char **out,
+		      size_t *outlen, char *err, size_t errlen)
+{
+	struct gm_b b;
+	gmb_init(&b, err, errlen);
+	struct sc c = { .b = &b };
+	struct jv *iv;
+	struct gbuf g = { 0 };
+	int rc = -1;
+	if (!(c.a = jv_arena_new()))
+		return -1;
+	if (jv_parse(c.a, schema, slen, &c.root, err, errlen) || jv_parse(c.a, inst, ilen, &iv, err, errlen))
+		goto out;
+	canon(&c, c.root, iv, &g, 0);
+	if (g.oom || b.failed)
+		goto out;
+	*out = g.p;
+	*outlen = g.n;
+	g.p = NULL;
+	rc = 0;
+out:
+	free(g.p);
+	jv_arena_free(c.a);
+	gmb_free(&b);
+	return rc;
+}

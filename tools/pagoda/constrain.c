@@ -1,0 +1,338 @@
+/* tools/pagoda/constrain.c — `pagoda constrain`: walk a text through a
+ * constraint token by token, as the engine would see it generated. Exit 0
+ * when every token is allowed and the text is complete, 2 when refused
+ * (naming the token), 1 when the constraint does not compile.
+ *
+ * --sweep FILE checks a set of schemas and instances (lines "S\t<schema>",
+ * "V\t<valid instance>", "I\t<invalid instance>") and prints coverage;
+ * --bench adds compile and mask times. */
+#include "daemon/grammar/grammar.h"
+#include "daemon/model/gguf.h"
+#include "daemon/model/tokenizer.h"
+#include "tools/pagoda/cmds.h"
+#include "tools/pagoda/opts.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+struct lat {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static void lat_add(struct lat *l, uint64_t ns)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 1024;
+		uint64_t *v = realloc(l->v, cap * sizeof *v);
+		if (!v)
+			return;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = ns;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void lat_print(const char *what, struct lat *l)
+{
+	if (!l->n) {
+		printf("%s: no samples\n", what);
+		return;
+	}
+	qsort(l->v, l->n, sizeof *l->v, cmp_u64);
+	printf("%s: n=%zu p50=%.1f us p99=%.1f us max=%.1f us\n", what, l->n, l->v[l->n / 2] / 1e3,
+	       l->v[(size_t)(l->n * 0.99)] / 1e3, l->v[l->n - 1] / 1e3);
+}
+
+struct ctx {
+	const struct tokenizer *t;
+	struct gm_vocab *v;
+	uint32_t *mask;
+	bool spm;
+	struct lat mask_ns;
+	bool bench, verbose;
+};
+
+/* Walk text: 0 accepted and complete; 2 refused (where in *at, -1: at the
+ * end, EOS not allowed). masks: check each token against the mask. */
+static int walk(struct ctx *c, const struct gm_grammar *g, const char *text, size_t len, int masks,
+		int *at, int32_t **ids_out, int *n_out)
+{
+	int cap = (int)len + 16;
+	int32_t *ids = malloc(cap * sizeof *ids);
+	int n = ids ? tok_encode(c->t, text, len, false, false, ids, cap) : TOK_ERR;
+	if (n < 0) {
+		free(ids);
+		*at = -2;
+		return 1;
+	}
+	*ids_out = ids;
+	*n_out = n;
+	struct gm_matcher *m = gm_matcher_new(g, c->v);
+	if (!m) {
+		*at = -2;
+		return 1;
+	}
+	int rc = 0;
+	for (int i = 0; i < n; i++) {
+		char piece[1024];
+		int pl = tok_piece(c->t, ids[i], false, piece, sizeof piece);
+		/* SPM adds a space in front of the text: the stream drops it */
+		bool strip = i == 0 && c->spm && pl > 0 && piece[0] == ' ' && (len == 0 || text[0] != ' ');
+		if (i < masks || c->bench) {
+			uint64_t t0 = now_ns();
+			gm_matcher_mask(m, c->mask);
+			if (c->bench)
+				lat_add(&c->mask_ns, now_ns() - t0);
+			if (i < masks && !strip && !(c->mask[ids[i] >> 5] >> (ids[i] & 31) & 1)) {
+				*at = i;
+				rc = 2;
+				break;
+			}
+		}
+		int r = strip ? gm_matcher_accept_bytes(m, piece + 1, pl - 1) : gm_matcher_accept_token(m, ids[i]);
+		if (r) {
+			*at = i;
+			rc = 2;
+			break;
+		}
+	}
+	if (!rc) {
+		if (n < masks || c->bench) {
+			uint64_t t0 = now_ns();
+			gm_matcher_mask(m, c->mask);
+			if (c->bench)
+				lat_add(&c->mask_ns, now_ns() - t0);
+		}
+		if (!gm_matcher_is_complete(m)) {
+			*at = -1;
+			rc = 2;
+		}
+	}
+	gm_matcher_free(m);
+	return rc;
+}
+
+static int sweep(struct ctx *c, const char *path, bool all_masks)
+{
+	size_t len;
+	FILE *f = fopen(path, "r");
+	char *data = f ? read_all(f, &len) : NULL;
+	if (f)
+		fclose(f);
+	if (!data) {
+		fprintf(stderr, "pagoda constrain: cannot read %s\n", path);
+		return 1;
+	}
+	struct lat compile_ns = { 0 };
+	long schemas = 0, compiled = 0, nv = 0, nv_ok = 0, ni = 0, ni_refused = 0, skipped = 0;
+	struct gm_grammar *g = NULL;
+	char *schema = NULL;
+	size_t slen = 0;
+	bool first_valid = true;
+	for (char *line = data, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = 0;
+		if (!line[0] || line[1] != '\t')
+			continue;
+		char kind = line[0], *json = line + 2;
+		size_t jl = strlen(json);
+		if (kind == 'S') {
+			gm_grammar_unref(g);
+			g = NULL;
+			schema = json;
+			slen = jl;
+			schemas++;
+			first_valid = true;
+			char err[256];
+			uint64_t t0 = now_ns();
+			if (gm_compile(GM_JSON_SCHEMA, json, jl, &g, err, sizeof err) == 0) {
+				lat_add(&compile_ns, now_ns() - t0);
+				compiled++;
+			} else {
+				printf("refused schema %ld: %s\n", schemas, err);
+			}
+			continue;
+		}
+		if (!g || (kind != 'V' && kind != 'I'))
+			continue;
+		char *canon, err[256];
+		size_t cl;
+		if (gm_json_canonical(schema, slen, json, jl, &canon, &cl, err, sizeof err)) {
+			skipped++;
+			continue;
+		}
+		int at = 0, n = 0;
+		int32_t *ids = NULL;
+		int masks = all_masks ? INT32_MAX : kind == 'V' && first_valid ? 4 : 0;
+		int rc = walk(c, g, canon, cl, masks, &at, &ids, &n);
+		if (kind == 'V') {
+			first_valid = false;
+			nv++;
+			if (rc == 0)
+				nv_ok++;
+			else
+				printf("valid instance refused (schema %ld, token %d of %d): %.300s\n", schemas, at, n,
+				       canon);
+		} else {
+			ni++;
+			ni_refused += rc == 2;
+			if (rc != 2 && c->verbose)
+				printf("invalid instance accepted (schema %ld): %.300s\n", schemas, canon);
+		}
+		free(ids);
+		free(canon);
+	}
+	gm_grammar_unref(g);
+	free(data);
+	printf("schemas: %ld, compiled: %ld (%.1f%%)\n", schemas, compiled,
+	       schemas ? 100.0 * compiled / schemas : 0.0);
+	printf("valid instances: %ld, accepted: %ld, refused: %ld\n", nv, nv_ok, nv - nv_ok);
+	printf("invalid instances: %ld, refused: %ld (%.1f%%), accepted: %ld\n", ni, ni_refused,
+	       ni ? 100.0 * ni_refused / ni : 0.0, ni - ni_refused);
+	if (skipped)
+		printf("instances not representable (skipped): %ld\n", skipped);
+	if (c->bench) {
+		lat_print("compile", &compile_ns);
+		lat_print("mask", &c->mask_ns);
+	}
+	free(compile_ns.v);
+	return nv_ok == nv ? 0 : 2;
+}
+
+static int usage(FILE *f)
+{
+	fprintf(f, "usage: pagoda constrain -m MODEL (--json-schema FILE | --regex RE | --grammar FILE) [--bench] < text\n"
+		   "       pagoda constrain -m MODEL --sweep FILE [--all-masks] [--bench]\n"
+		   "  walks stdin through the constraint token by token (the model's tokenizer, no BOS):\n"
+		   "  exit 0: every token allowed and the text complete; 2: refused; 1: does not compile\n"
+		   "  --bench       print compile and mask times (indicative on a shared machine)\n"
+		   "  --sweep FILE  lines 'S\\t<schema>', 'V\\t<valid>', 'I\\t<invalid>': coverage\n"
+		   "  --all-masks   in a sweep, check every token against the mask (default: the\n"
+		   "                first 4 tokens of each schema's first valid instance; the\n"
+		   "                rest is walked, which takes the same parser steps)\n");
+	return f == stdout ? 0 : 2;
+}
+
+int cmd_constrain(int argc, char **argv)
+{
+	const char *model = NULL, *file = NULL, *re = NULL, *sweep_file = NULL;
+	enum gm_kind kind = GM_NONE;
+	bool bench = false, all_masks = false, verbose = false;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+			if (!(model = opt_value(argc, argv, &i)))
+				return 1;
+		} else if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar")) {
+			kind = a[2] == 'j' ? GM_JSON_SCHEMA : GM_GBNF;
+			if (!(file = opt_value(argc, argv, &i)))
+				return 1;
+		} else if (!strcmp(a, "--regex")) {
+			kind = GM_REGEX;
+			if (!(re = opt_value(argc, argv, &i)))
+				return 1;
+		} else if (!strcmp(a, "--sweep")) {
+			if (!(sweep_file = opt_value(argc, argv, &i)))
+				return 1;
+		} else if (!strcmp(a, "--bench")) {
+			bench = true;
+		} else if (!strcmp(a, "-v")) {
+			verbose = true;
+		} else if (!strcmp(a, "--all-masks")) {
+			all_masks = true;
+		} else {
+			usage(stderr);
+			return !strcmp(a, "--help") ? 0 : 1;
+		}
+	}
+	if (!model || (kind == GM_NONE && !sweep_file)) {
+		usage(stderr);
+		return 1;
+	}
+	char err[512];
+	struct gguf_file *gf;
+	struct tokenizer *t;
+	if (gguf_open(model, &gf, err, sizeof err) || tok_load(gf, &t, err, sizeof err)) {
+		fprintf(stderr, "pagoda constrain: %s\n", err);
+		return 1;
+	}
+	gguf_close(gf);
+	struct ctx c = { .t = t, .bench = bench, .verbose = verbose, .spm = !strcmp(tok_model_name(t), "llama") };
+	uint64_t t0 = now_ns();
+	c.v = gm_vocab_from_tokenizer(t);
+	c.mask = malloc(((size_t)tok_n_vocab(t) + 31) / 32 * sizeof *c.mask);
+	if (!c.v || !c.mask) {
+		fprintf(stderr, "pagoda constrain: out of memory\n");
+		return 1;
+	}
+	if (bench)
+		printf("vocabulary trie: %d tokens in %.1f ms\n", tok_n_vocab(t), (now_ns() - t0) / 1e6);
+	int rc;
+	if (sweep_file) {
+		rc = sweep(&c, sweep_file, all_masks);
+	} else {
+		size_t slen = 0, len;
+		char *src = NULL;
+		if (file) {
+			FILE *f = fopen(file, "r");
+			src = f ? read_all(f, &slen) : NULL;
+			if (f)
+				fclose(f);
+			if (!src) {
+				fprintf(stderr, "pagoda constrain: cannot read %s\n", file);
+				return 1;
+			}
+		}
+		struct gm_grammar *g;
+		t0 = now_ns();
+		if (gm_compile(kind, re ? re : src, re ? strlen(re) : slen, &g, err, sizeof err)) {
+			fprintf(stderr, "pagoda constrain: %s\n", err);
+			return 1;
+		}
+		if (bench)
+			printf("compile: %.1f us (%zu symbols)\n", (now_ns() - t0) / 1e3, gm_grammar_size(g));
+		char *text = read_all(stdin, &len);
+		int at = 0, n = 0;
+		int32_t *ids = NULL;
+		rc = text ? walk(&c, g, text, len, INT32_MAX, &at, &ids, &n) : 1;
+		if (rc == 2 && at >= 0) {
+			char piece[256];
+			int pl = tok_piece(t, ids[at], false, piece, sizeof piece - 1);
+			fprintf(stderr, "pagoda constrain: token %d of %d (id %d, '%.*s') is not allowed\n", at, n,
+				ids[at], pl < 0 ? 0 : pl > 255 ? 255 : pl, piece);
+		} else if (rc == 2) {
+			fprintf(stderr, "pagoda constrain: the text is incomplete (end of generation not allowed after %d tokens)\n", n);
+		} else if (rc == 1) {
+			fprintf(stderr, "pagoda constrain: cannot tokenize the input\n");
+		}
+		if (bench)
+			lat_print("mask", &c.mask_ns);
+		free(ids);
+		free(text);
+		free(src);
+		gm_grammar_unref(g);
+	}
+	free(c.mask_ns.v);
+	free(c.mask);
+	gm_vocab_free(c.v);
+	tok_free(t);
+	return rc;
+}
