@@ -10,6 +10,7 @@
 #include "daemon/engine/logprob.h"
 #include "daemon/engine/sampler.h"
 #include "daemon/engine/stopper.h"
+#include "daemon/grammar/grammar.h"
 #include "daemon/kv/kv.h"
 #include "daemon/kv/tier.h"
 #include "daemon/model/gguf.h"
@@ -18,6 +19,7 @@
 #include "kernels/pg_backend.h"
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <pthread.h>
@@ -48,6 +50,9 @@ struct seq {
 	struct tok_stream ts;
 	struct stopper stop;
 	struct seq *next;
+	struct gm_grammar *gmg; /* the request's constraint, NULL if none */
+	struct gm_matcher *gm;
+	uint32_t *gm_mask;
 };
 
 struct engine {
@@ -90,6 +95,7 @@ struct engine {
 	int *b_take;          /* tokens taken per batch seq slot */
 	float *logits;
 	float *lp_row;        /* a row's raw logits, for logprobs (allocated when first asked) */
+	struct gm_vocab *gm_vocab; /* built at the first constrained request (under lock) */
 };
 
 static bool lp_row(struct engine *e)
@@ -286,6 +292,9 @@ void engine_wake(struct engine *e)
 
 static void seq_free(struct seq *s)
 {
+	gm_matcher_free(s->gm);
+	gm_grammar_unref(s->gmg);
+	free(s->gm_mask);
 	free(s->want);
 	sampler_free(&s->smp);
 	free(s->tokens);
@@ -306,6 +315,28 @@ static int refuse(struct engine_req *r, int code, const char *fmt, ...)
 	if (r->on_done)
 		r->on_done(r, FINISH_ERROR, code, msg);
 	return code;
+}
+
+/* Compile the request's constraint (cached by content) and start its
+ * matcher; the vocabulary's trie is built once, by the first such request. */
+static int constrain(struct engine *e, struct seq *s, struct engine_req *r)
+{
+	char err[256];
+	pthread_mutex_lock(&e->lock);
+	if (!e->gm_vocab)
+		e->gm_vocab = gm_vocab_from_tokenizer(e->m->tok);
+	struct gm_vocab *v = e->gm_vocab;
+	pthread_mutex_unlock(&e->lock);
+	if (!v)
+		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
+	if (!r->constraint || gm_compile_cached(r->constraint_kind, r->constraint, r->constraint_len, &s->gmg,
+						err, sizeof err))
+		return refuse(r, ENGINE_ERR_INVALID, "constraint: %s", r->constraint ? err : "no text");
+	s->gm = gm_matcher_new(s->gmg, v);
+	s->gm_mask = malloc(((size_t)e->n_vocab + 31) / 32 * sizeof *s->gm_mask);
+	if (!s->gm || !s->gm_mask)
+		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
+	return 0;
 }
 
 int engine_submit(struct engine *e, struct engine_req *r)
@@ -336,6 +367,13 @@ int engine_submit(struct engine *e, struct engine_req *r)
 	if (sampler_init(&s->smp, &r->sampling, e->n_vocab)) {
 		seq_free(s);
 		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
+	}
+	if (r->constraint_kind) {
+		int rc = constrain(e, s, r);
+		if (rc) {
+			seq_free(s);
+			return rc;
+		}
 	}
 	memcpy(s->tokens, r->prompt, r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = r->n_prompt;
@@ -736,6 +774,18 @@ static void emit(struct engine *e, struct seq *s, int32_t tok)
 	s->stopped = matched;
 }
 
+/* Tokens the constraint does not allow get -inf: every sampling mode then
+ * draws from the allowed ones. Non-zero when none is allowed. */
+static int mask_logits(struct engine *e, struct seq *s, float *logits)
+{
+	if (gm_matcher_mask(s->gm, s->gm_mask) <= 0)
+		return -1;
+	for (int i = 0; i < e->n_vocab; i++)
+		if (!(s->gm_mask[i >> 5] >> (i & 31) & 1))
+			logits[i] = -INFINITY;
+	return 0;
+}
+
 static void after_forward(struct engine *e, const struct plan *p)
 {
 	int out_row = 0;
@@ -750,9 +800,20 @@ static void after_forward(struct engine *e, const struct plan *p)
 		bool lp = s->req->want_logprob && lp_row(e);
 		if (lp)
 			memcpy(e->lp_row, logits, (size_t)e->n_vocab * sizeof *logits);
+		if (s->gm && mask_logits(e, s, logits)) {
+			for (int i = 0; i < e->n_running; i++)
+				if (e->running[i] == s) {
+					remove_running(e, i);
+					break;
+				}
+			finish(e, s, FINISH_ERROR, ENGINE_ERR_INVALID, "constraint: no token is allowed here");
+			continue;
+		}
 		int32_t tok = sampler_sample(&s->smp, logits, s->tokens, s->n_tokens);
 		if (lp)
 			s->req->logprob = logprob_of(e->lp_row, e->n_vocab, tok);
+		if (s->gm)
+			gm_matcher_accept_token(s->gm, tok);
 		enum finish_reason why = FINISH_NONE;
 		pthread_mutex_lock(&e->lock);
 		e->stats.gen_tokens++;
@@ -999,6 +1060,7 @@ void engine_destroy(struct engine *e)
 	free(e->b_take);
 	free(e->logits);
 	free(e->lp_row);
+	gm_vocab_free(e->gm_vocab);
 	if (e->kv.meta)
 		kv_pool_free(&e->kv);
 	pg_backend_close(e->be);

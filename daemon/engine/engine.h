@@ -106,6 +106,12 @@ struct engine_req {
 	uint64_t cache_salt;        /* prefix-cache scope (kv_seq.salt); 0: global */
 	bool want_logprob;          /* set logprob before each on_token of a sampled token */
 	float logprob;              /* the token's log-probability (logprob.h) */
+	/* Structured output (daemon/grammar/grammar.h): an enum gm_kind (0:
+	 * none) and its text (a JSON Schema, a regex, a GBNF grammar), compiled
+	 * at submit; a constraint that does not compile refuses the request. */
+	int constraint_kind;
+	const char *constraint;
+	size_t constraint_len;
 };
 
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen);

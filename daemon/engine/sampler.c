@@ -169,6 +169,9 @@ int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history,
 	if (s->p.temp <= 0)
 		return sampler_argmax(logits, s->n_vocab);
 	int m = sorted_candidates(s, logits);
+	/* a constraint's -inf logits never make the cut, even by rounding */
+	while (m > 1 && logits[s->idx[m - 1]] == -INFINITY)
+		m--;
 	/* probabilities at temperature 1 for top-p and min-p, as llama.cpp */
 	float maxl = logits[s->idx[0]];
 	double sum = 0;

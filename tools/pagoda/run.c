@@ -1,6 +1,7 @@
 /* tools/pagoda/run.c — `pagoda run`: the engine in-process, the same code
  * pagodad runs, driven on this thread. stdout gets only the completion. */
 #include "daemon/engine/engine.h"
+#include "daemon/grammar/grammar.h"
 #include "daemon/model/tokenizer.h"
 #include "tools/pagoda/cmds.h"
 #include "tools/pagoda/opts.h"
@@ -52,6 +53,9 @@ static int usage(FILE *f)
 		   "  --offload-dir DIR    keep KV blocks the pool lets go of in DIR/pagoda-kv.tier (NVMe tier)\n"
 		   "  --offload-size SIZE  bytes of that file, K/M/G suffixes (default 1G)\n"
 		   "  --offload-sqpoll     a kernel thread polls the tier's io_uring\n"
+		   "  --json-schema FILE   the output is JSON valid against this schema (docs/grammar.md)\n"
+		   "  --regex RE           the output matches this regular expression\n"
+		   "  --grammar FILE       the output is a sentence of this GBNF grammar\n"
 		   SAMPLING_FLAGS_HELP);
 	return f == stdout ? 0 : 2;
 }
@@ -133,6 +137,8 @@ int cmd_run(int argc, char **argv)
 	const char *prompt = NULL, *prompt_file = NULL;
 	long n_predict = -1, v;
 	bool ids = false, stats = false;
+	int ckind = 0;
+	const char *cfile = NULL, *cre = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val;
 		int r = opt_sampling(argc, argv, &i, &smp);
@@ -174,6 +180,10 @@ int cmd_run(int argc, char **argv)
 			eo.kv_blocks = v;
 		else if (!strcmp(a, "--offload-dir"))
 			eo.offload_dir = val;
+		else if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar"))
+			ckind = a[2] == 'j' ? GM_JSON_SCHEMA : GM_GBNF, cfile = val, cre = NULL;
+		else if (!strcmp(a, "--regex"))
+			ckind = GM_REGEX, cre = val, cfile = NULL;
 		else if (!strcmp(a, "--offload-size") && opt_size(val, &eo.offload_size))
 			;
 		else {
@@ -193,6 +203,21 @@ int cmd_run(int argc, char **argv)
 		}
 		fclose(f);
 		prompt = file_text;
+	}
+	char *ctext = NULL;
+	size_t clen = 0;
+	if (cfile) {
+		FILE *f = fopen(cfile, "rb");
+		if (!f || !(ctext = read_all(f, &clen))) {
+			perror(cfile);
+			if (f)
+				fclose(f);
+			free(file_text);
+			return 1;
+		}
+		fclose(f);
+	} else if (cre) {
+		clen = strlen(cre);
 	}
 	if (!eo.model_path || !prompt) {
 		fprintf(stderr, "pagoda run: -m MODEL and -p PROMPT are required\n");
@@ -221,7 +246,8 @@ int cmd_run(int argc, char **argv)
 	}
 	struct run_state st = { .ids = ids, .first_id = true };
 	struct engine_req req = { .id = 1, .prompt = toks, .n_prompt = n, .sampling = smp,
-				  .on_token = on_token, .on_done = on_done, .user = &st };
+				  .on_token = on_token, .on_done = on_done, .user = &st,
+				  .constraint_kind = ckind, .constraint = cre ? cre : ctext, .constraint_len = clen };
 	if (!rc) {
 		int room = cap - n;
 		req.max_tokens = n_predict < 0 || n_predict > room ? room : (int)n_predict;
@@ -243,6 +269,7 @@ int cmd_run(int argc, char **argv)
 			print_stats(e);
 	}
 	free(toks);
+	free(ctext);
 	engine_destroy(e);
 	return rc;
 }
