@@ -80,7 +80,8 @@ void gmb_prod(struct gm_b *b, int32_t nt, const int32_t *syms, int n)
 	b->prods[b->n_prods].lhs = nt;
 	b->prods[b->n_prods].pos = (uint32_t)b->n_syms;
 	b->n_prods++;
-	memcpy(b->syms + b->n_syms, syms, n * sizeof *syms);
+	if (n)
+		memcpy(b->syms + b->n_syms, syms, n * sizeof *syms);
 	b->n_syms += n;
 	b->syms[b->n_syms++] = GM_END;
 }

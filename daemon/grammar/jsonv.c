@@ -288,13 +288,16 @@ static struct jv *value(struct jp *p)
 					if (v->n == cap) {
 						cap = cap ? cap * 2 : 4;
 						struct jv **na = jal(p, cap * sizeof *na);
-						memcpy(na, v->a, v->n * sizeof *na);
+						if (v->n)
+							memcpy(na, v->a, v->n * sizeof *na);
 						v->a = na;
 						if (obj) {
 							char **nk = jal(p, cap * sizeof *nk);
 							size_t *nl = jal(p, cap * sizeof *nl);
-							memcpy(nk, v->keys, v->n * sizeof *nk);
-							memcpy(nl, v->klen, v->n * sizeof *nl);
+							if (v->n) {
+								memcpy(nk, v->keys, v->n * sizeof *nk);
+								memcpy(nl, v->klen, v->n * sizeof *nl);
+							}
 							v->keys = nk;
 							v->klen = nl;
 						}

@@ -14,6 +14,29 @@ struct gm_item {
 	uint32_t pos, origin;
 };
 
+#define ST_MAX_ITEMS (8u << 20)
+#define ST_DEAD UINT32_MAX
+#define REL (1ull << 63)
+
+struct st {
+	uint32_t off, n;
+	uint64_t ok[4];
+	uint64_t hash;
+};
+
+struct stc {
+	uint32_t *pos;
+	uint64_t *code;
+	size_t n_items, cap_items;
+	struct st *st;
+	uint32_t n_st, cap_st;
+	uint32_t *index; /* hash -> state + 1 */
+	uint32_t icap;
+	uint64_t *tkey; /* (state << 8 | byte) + 1 */
+	uint32_t *tval;
+	uint32_t tcap, tn;
+};
+
 struct gm_matcher {
 	const struct gm_grammar *g;
 	const struct gm_vocab *v;
@@ -27,9 +50,13 @@ struct gm_matcher {
 	uint32_t hcap, gen, hcount;
 	bool done; /* an end-of-generation token was accepted */
 	bool oom;
+	struct stc cache; /* the mask walk's states, below */
+	size_t cache_hi;  /* the highest real set a cached state may name */
 };
 
 static bool hash_grow(struct gm_matcher *m);
+static void stc_clear(struct stc *c);
+static void stc_free(struct stc *c);
 
 static inline uint32_t hslot(uint64_t k, uint32_t cap)
 {
@@ -174,22 +201,6 @@ static bool push(struct gm_matcher *m, uint8_t c)
 	return true;
 }
 
-static void allowed_bytes(const struct gm_matcher *m, uint64_t out[4])
-{
-	const struct gm_grammar *g = m->g;
-	out[0] = out[1] = out[2] = out[3] = 0;
-	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it; j++) {
-		int32_t sym = g->rhs[m->it[j].pos];
-		if (sym < 0 && sym != GM_END) {
-			const uint64_t *t = g->terms[GM_TIDX(sym)];
-			out[0] |= t[0];
-			out[1] |= t[1];
-			out[2] |= t[2];
-			out[3] |= t[3];
-		}
-	}
-}
-
 struct gm_matcher *gm_matcher_new(const struct gm_grammar *g, const struct gm_vocab *v)
 {
 	struct gm_matcher *m = calloc(1, sizeof *m);
@@ -225,6 +236,7 @@ void gm_matcher_free(struct gm_matcher *m)
 	free(m->sets);
 	free(m->hkey);
 	free(m->hgen);
+	stc_free(&m->cache);
 	free(m);
 }
 
@@ -244,6 +256,10 @@ size_t gm_matcher_pos(const struct gm_matcher *m)
 void gm_matcher_rollback(struct gm_matcher *m, size_t pos)
 {
 	m->done = false;
+	if (pos < m->cache_hi) {
+		stc_clear(&m->cache);
+		m->cache_hi = 0;
+	}
 	while (m->n_sets - 1 > pos)
 		pop(m);
 }
@@ -278,19 +294,207 @@ int gm_matcher_accept_token(struct gm_matcher *m, int32_t tok)
 	return gm_matcher_accept_bytes(m, v->blob + v->off[tok], v->len[tok]);
 }
 
+/* ---- the mask walk's state cache --------------------------------------
+ *
+ * A set's future depends only on its items that are not complete, and on
+ * the sets their origins name. Origins up to the walk's root are real sets
+ * that never change (until a rollback); deeper ones are coded as (distance,
+ * state of that set). Two sets with the same coded items therefore take
+ * the same bytes to the same states, and the walk remembers (state, byte)
+ * -> state: inside a JSON string every trie node is one table lookup, and
+ * a set is built only where the cache has not seen the step yet. */
+
+static void stc_clear(struct stc *c)
+{
+	c->n_items = 0;
+	c->n_st = 0;
+	c->tn = 0;
+	if (c->index)
+		memset(c->index, 0, c->icap * sizeof *c->index);
+	if (c->tkey)
+		memset(c->tkey, 0, c->tcap * sizeof *c->tkey);
+}
+
+static void stc_free(struct stc *c)
+{
+	free(c->pos);
+	free(c->code);
+	free(c->st);
+	free(c->index);
+	free(c->tkey);
+	free(c->tval);
+	memset(c, 0, sizeof *c);
+}
+
+static uint64_t mix(uint64_t h, uint64_t x)
+{
+	h ^= x + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+	return h * 0xff51afd7ed558ccdull;
+}
+
+static bool index_grow(struct stc *c)
+{
+	uint32_t cap = c->icap ? c->icap * 2 : 1024;
+	uint32_t *ix = calloc(cap, sizeof *ix);
+	if (!ix)
+		return false;
+	for (uint32_t s = 0; s < c->n_st; s++) {
+		uint32_t i = (uint32_t)(c->st[s].hash >> 32) & (cap - 1);
+		while (ix[i])
+			i = (i + 1) & (cap - 1);
+		ix[i] = s + 1;
+	}
+	free(c->index);
+	c->index = ix;
+	c->icap = cap;
+	return true;
+}
+
+/* The state of set k (at walk depth d over root b; path: states by depth). */
+static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, const uint32_t *path)
+{
+	const struct gm_grammar *g = m->g;
+	size_t from = m->sets[k], to = m->n_it, need = c->n_items + (to - from);
+	if (need > c->cap_items) {
+		size_t cap = c->cap_items ? c->cap_items * 2 : 4096;
+		while (cap < need)
+			cap *= 2;
+		uint32_t *p = realloc(c->pos, cap * sizeof *p);
+		if (p)
+			c->pos = p;
+		uint64_t *q = realloc(c->code, cap * sizeof *q);
+		if (q)
+			c->code = q;
+		if (!p || !q)
+			return m->oom = true, ST_DEAD;
+		c->cap_items = cap;
+	}
+	if (c->n_st == c->cap_st) {
+		uint32_t cap = c->cap_st ? c->cap_st * 2 : 1024;
+		struct st *n = realloc(c->st, cap * sizeof *n);
+		if (!n)
+			return m->oom = true, ST_DEAD;
+		c->st = n;
+		c->cap_st = cap;
+	}
+	if ((c->n_st + 1) * 2 > c->icap && !index_grow(c))
+		return m->oom = true, ST_DEAD;
+	struct st *st = &c->st[c->n_st];
+	st->off = (uint32_t)c->n_items;
+	st->n = 0;
+	memset(st->ok, 0, sizeof st->ok);
+	uint32_t *pp = c->pos + c->n_items;
+	uint64_t *cp = c->code + c->n_items;
+	for (size_t j = from; j < to; j++) {
+		uint32_t pos = m->it[j].pos, o = m->it[j].origin;
+		int32_t sym = g->rhs[pos];
+		if (sym == GM_END)
+			continue;
+		if (sym < 0) {
+			const uint64_t *t = g->terms[GM_TIDX(sym)];
+			for (int w = 0; w < 4; w++)
+				st->ok[w] |= t[w];
+		}
+		uint64_t code = o <= b ? o : REL | (uint64_t)(k - o) << 32 | (o == k ? 0 : path[o - b]);
+		pp[st->n] = pos;
+		cp[st->n] = code;
+		st->n++;
+	}
+	uint64_t h = 0;
+	for (uint32_t j = 0; j < st->n; j++)
+		h = mix(mix(h, pp[j]), cp[j]);
+	st->hash = h;
+	uint32_t i = (uint32_t)(h >> 32) & (c->icap - 1);
+	for (; c->index[i]; i = (i + 1) & (c->icap - 1)) {
+		const struct st *o = &c->st[c->index[i] - 1];
+		if (o->hash == h && o->n == st->n && !memcmp(c->pos + o->off, c->pos + st->off, st->n * sizeof *c->pos) &&
+		    !memcmp(c->code + o->off, c->code + st->off, st->n * sizeof *c->code))
+			return c->index[i] - 1;
+	}
+	c->index[i] = c->n_st + 1;
+	c->n_items += st->n;
+	return c->n_st++;
+}
+
+static uint32_t *tslot(struct gm_matcher *m, struct stc *c, uint32_t s, uint8_t byte, bool *found)
+{
+	if ((c->tn + 1) * 2 > c->tcap) {
+		uint32_t cap = c->tcap ? c->tcap * 2 : 4096;
+		uint64_t *k = calloc(cap, sizeof *k);
+		uint32_t *v = malloc(cap * sizeof *v);
+		if (!k || !v) {
+			free(k);
+			free(v);
+			m->oom = true;
+			return NULL;
+		}
+		for (uint32_t i = 0; i < c->tcap; i++)
+			if (c->tkey[i]) {
+				uint32_t j = (uint32_t)((c->tkey[i] * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+				while (k[j])
+					j = (j + 1) & (cap - 1);
+				k[j] = c->tkey[i];
+				v[j] = c->tval[i];
+			}
+		free(c->tkey);
+		free(c->tval);
+		c->tkey = k;
+		c->tval = v;
+		c->tcap = cap;
+	}
+	uint64_t key = ((uint64_t)s << 8 | byte) + 1;
+	uint32_t j = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (c->tcap - 1);
+	while (c->tkey[j] && c->tkey[j] != key)
+		j = (j + 1) & (c->tcap - 1);
+	*found = c->tkey[j] == key;
+	if (!*found) {
+		c->tkey[j] = key;
+		c->tn++;
+	}
+	return &c->tval[j];
+}
+
 struct walk {
 	struct gm_matcher *m;
 	const struct gm_vocab *v;
+	struct stc *c;
 	uint32_t *mask;
 	int count;
+	size_t base;     /* the real set the walk starts from */
+	uint32_t path[1024]; /* state by depth */
 };
 
-static void walk(struct walk *w, const struct gm_node *n)
+/* Build the real sets of the path down to depth d from their states. */
+static bool materialize(struct walk *w, size_t d)
 {
-	uint64_t ok[4];
-	allowed_bytes(w->m, ok);
+	struct gm_matcher *m = w->m;
+	for (size_t i = m->n_sets - 1 - w->base + 1; i <= d; i++) {
+		if (!set_push(m))
+			return false;
+		const struct st *st = &w->c->st[w->path[i]];
+		size_t k = w->base + i;
+		for (uint32_t j = 0; j < st->n; j++) {
+			if (m->n_it == m->cap_it) {
+				struct gm_item *n = realloc(m->it, m->cap_it * 2 * sizeof *n);
+				if (!n)
+					return m->oom = true, false;
+				m->it = n;
+				m->cap_it *= 2;
+			}
+			uint64_t code = w->c->code[st->off + j];
+			uint32_t o = code & REL ? (uint32_t)(k - (code >> 32 & 0x7fffffff)) : (uint32_t)code;
+			m->it[m->n_it++] = (struct gm_item){ w->c->pos[st->off + j], o };
+		}
+	}
+	return true;
+}
+
+static void walk(struct walk *w, const struct gm_node *n, size_t d)
+{
+	struct gm_matcher *m = w->m;
 	const struct gm_node *c = &w->v->nodes[n->child];
-	for (int i = 0; i < n->n_child; i++, c++) {
+	const uint64_t *ok = w->c->st[w->path[d]].ok;
+	for (int i = 0; i < n->n_child && !m->oom; i++, c++) {
 		if (!(ok[c->byte >> 6] >> (c->byte & 63) & 1))
 			continue;
 		for (int t = 0; t < c->n_tok; t++) {
@@ -298,10 +502,31 @@ static void walk(struct walk *w, const struct gm_node *n)
 			w->mask[id >> 5] |= 1u << (id & 31);
 		}
 		w->count += c->n_tok;
-		if (c->n_child && push(w->m, c->byte)) {
-			walk(w, c);
-			pop(w->m);
+		if (!c->n_child || d + 1 >= sizeof w->path / sizeof *w->path)
+			continue;
+		bool found;
+		uint32_t *slot = tslot(m, w->c, w->path[d], c->byte, &found);
+		if (!slot)
+			return;
+		uint32_t next = *slot;
+		if (!found) {
+			if (!materialize(w, d))
+				return;
+			next = push(m, c->byte) ? intern(m, w->c, m->n_sets - 1, w->base, w->path) : ST_DEAD;
+			/* the slot may have moved while interning: look it up again */
+			slot = tslot(m, w->c, w->path[d], c->byte, &found);
+			if (!slot)
+				return;
+			*slot = next;
 		}
+		ok = w->c->st[w->path[d]].ok; /* st may have been reallocated */
+		if (next == ST_DEAD)
+			continue;
+		w->path[d + 1] = next;
+		walk(w, c, d + 1);
+		ok = w->c->st[w->path[d]].ok;
+		while (m->n_sets - 1 > w->base + d)
+			pop(m);
 	}
 }
 
@@ -311,8 +536,21 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 	memset(mask, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *mask);
 	if (m->done)
 		return 0;
-	struct walk w = { m, v, mask, 0 };
-	walk(&w, &v->nodes[0]);
+	if (m->cache.n_items > ST_MAX_ITEMS)
+		stc_clear(&m->cache);
+	struct walk *w = malloc(sizeof *w);
+	if (!w)
+		return -1;
+	*w = (struct walk){ .m = m, .v = v, .c = &m->cache, .mask = mask, .base = m->n_sets - 1 };
+	w->path[0] = intern(m, &m->cache, w->base, w->base, w->path);
+	if (!m->oom)
+		walk(w, &v->nodes[0], 0);
+	while (m->n_sets - 1 > w->base)
+		pop(m);
+	if (w->base > m->cache_hi)
+		m->cache_hi = w->base;
+	int count = w->count;
+	free(w);
 	if (m->oom) {
 		m->oom = false;
 		return -1;
@@ -321,7 +559,7 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 		for (int i = 0; i < v->n_eog; i++) {
 			int32_t id = v->eog_ids[i];
 			mask[id >> 5] |= 1u << (id & 31);
-			w.count++;
+			count++;
 		}
-	return w.count;
+	return count;
 }

@@ -1,7 +1,6 @@
 /* daemon/grammar/vocab.c — the vocabulary as a byte trie, built once per
  * model: tokens sharing a prefix share the parser work for it. */
 #include "daemon/grammar/gm_int.h"
-#include "daemon/model/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@ static void build(struct gm_vocab *v, uint32_t node, uint32_t lo, uint32_t hi, u
 {
 	struct gm_node *n = &v->nodes[node];
 	n->tok = lo;
+
 	while (lo < hi && v->len[v->toks[lo]] == depth)
 		lo++;
 	n->n_tok = (uint16_t)(lo - n->tok);
@@ -88,43 +88,6 @@ struct gm_vocab *gm_vocab_new(int n_vocab, const char *const *pieces, const int 
 fail:
 	gm_vocab_free(v);
 	return NULL;
-}
-
-struct gm_vocab *gm_vocab_from_tokenizer(const struct tokenizer *t)
-{
-	int n = tok_n_vocab(t);
-	char **p = calloc(n, sizeof *p);
-	int *l = calloc(n, sizeof *l);
-	bool *e = calloc(n, sizeof *e);
-	struct gm_vocab *v = NULL;
-	if (!p || !l || !e)
-		goto out;
-	for (int i = 0; i < n; i++) {
-		char buf[512];
-		int k = tok_piece(t, i, false, buf, sizeof buf);
-		if (k < 0)
-			k = 0;
-		if (k > (int)sizeof buf) {
-			if (!(p[i] = malloc(k)))
-				goto out;
-			tok_piece(t, i, false, p[i], k);
-		} else if (!(p[i] = malloc(k + 1))) {
-			goto out;
-		} else {
-			memcpy(p[i], buf, k);
-		}
-		l[i] = k;
-		e[i] = tok_is_eog(t, i);
-	}
-	v = gm_vocab_new(n, (const char *const *)p, l, e);
-out:
-	if (p)
-		for (int i = 0; i < n; i++)
-			free(p[i]);
-	free(p);
-	free(l);
-	free(e);
-	return v;
 }
 
 void gm_vocab_free(struct gm_vocab *v)

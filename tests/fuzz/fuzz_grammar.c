@@ -1,0 +1,60 @@
+// fuzz-sources: daemon/grammar/ir.c daemon/grammar/match.c daemon/grammar/vocab.c daemon/grammar/gbnf.c daemon/grammar/regex.c daemon/grammar/schema.c daemon/grammar/jsonv.c daemon/grammar/cache.c
+/* libFuzzer target: the three compilers (the first byte picks JSON Schema,
+ * regex or GBNF; the rest is the source) and, on what compiles, the mask
+ * walk and the matcher: tokens drawn from the mask by the input's bytes
+ * must be accepted, and a token outside the mask must be refused. */
+#include "daemon/grammar/grammar.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct gm_vocab *vocab;
+static const char *pieces[] = { "{", "}", "[", "]", "\"", ":", ",", "a", "b", "ab", "\"a", "1", "0", "-",
+				"12", ".", "e", "true", "false", "null", " ", "\\", "\\n", "\xc3\xa9", "\xc3",
+				"\xa9", "yes", "no", "\n", "x", "\":", "\",\"", "" };
+#define NV (int)(sizeof pieces / sizeof *pieces)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (!vocab) {
+		int lens[NV];
+		bool eog[NV];
+		for (int i = 0; i < NV; i++) {
+			lens[i] = (int)strlen(pieces[i]);
+			eog[i] = i == NV - 1;
+		}
+		vocab = gm_vocab_new(NV, pieces, lens, eog);
+		if (!vocab)
+			abort();
+	}
+	if (size < 2)
+		return 0;
+	enum gm_kind kind = data[0] % 3 == 0 ? GM_JSON_SCHEMA : data[0] % 3 == 1 ? GM_REGEX : GM_GBNF;
+	size_t n = size - 1, split = n;
+	/* what follows a NUL drives the walk */
+	const uint8_t *nul = memchr(data + 1, 0, n);
+	if (nul)
+		split = (size_t)(nul - (data + 1));
+	struct gm_grammar *g;
+	char err[256];
+	if (gm_compile(kind, (const char *)data + 1, split, &g, err, sizeof err))
+		return 0;
+	struct gm_matcher *m = gm_matcher_new(g, vocab);
+	uint32_t mask[(NV + 31) / 32];
+	for (size_t i = split + 1; m && i < n && i < split + 64; i++) {
+		int k = gm_matcher_mask(m, mask);
+		if (k < 0)
+			abort();
+		int pick = data[1 + i] % NV, allowed = mask[pick >> 5] >> (pick & 31) & 1;
+		size_t at = gm_matcher_pos(m);
+		int r = gm_matcher_accept_token(m, pick);
+		if ((r == 0) != allowed)
+			abort(); /* the mask and the matcher disagree */
+		if (data[1 + i] & 0x80)
+			gm_matcher_rollback(m, at);
+	}
+	gm_matcher_free(m);
+	gm_grammar_unref(g);
+	return 0;
+}
