@@ -14,41 +14,57 @@ expect() { # expect RC ARGS... < stdin
 	"$P" constrain -m "$V" "$@" >/dev/null 2>"$dir/err"; rc=$?
 	if [ "$rc" = "$want" ]; then ok; else bad "constrain $* gave $rc, want $want: $(cat "$dir/err")"; fi
 }
-printf 'abc123' | expect 0 --regex '[a-c]+[0-9]{2,3}'
-printf 'abc1234' | expect 2 --regex '[a-c]+[0-9]{2,3}'
-printf 'abc' | expect 2 --regex '[a-c]+[0-9]{2,3}'      # incomplete: no EOS
-printf 'x' | expect 1 --regex '(a'
-printf 'x' | expect 1 --regex '(a)\1'
-printf '2024-02-29' | expect 0 --regex '\d{4}-(0[1-9]|1[0-2])-\d\d'
-printf 'héllo wörld' | expect 0 --regex '[^0-9]+'
+printf 'abc123' >"$dir/in"; expect 0 --regex '[a-c]+[0-9]{2,3}' <"$dir/in"
+printf 'abc1234' >"$dir/in"; expect 2 --regex '[a-c]+[0-9]{2,3}' <"$dir/in"
+printf 'abc' >"$dir/in"; expect 2 --regex '[a-c]+[0-9]{2,3}'      # incomplete: no EOS <"$dir/in"
+printf 'x' >"$dir/in"; expect 1 --regex '(a' <"$dir/in"
+printf 'x' >"$dir/in"; expect 1 --regex '(a)\1' <"$dir/in"
+printf '2024-02-29' >"$dir/in"; expect 0 --regex '\d{4}-(0[1-9]|1[0-2])-\d\d' <"$dir/in"
+printf 'héllo wörld' >"$dir/in"; expect 0 --regex '[^0-9]+' <"$dir/in"
 printf 'root ::= "yes" | "no"\n' > "$dir/yn.gbnf"
-printf 'no' | expect 0 --grammar "$dir/yn.gbnf"
-printf 'nope' | expect 2 --grammar "$dir/yn.gbnf"
+printf 'no' >"$dir/in"; expect 0 --grammar "$dir/yn.gbnf" <"$dir/in"
+printf 'nope' >"$dir/in"; expect 2 --grammar "$dir/yn.gbnf" <"$dir/in"
 cat > "$dir/list.gbnf" <<'G'
 # a list of words, as in llama.cpp's grammars/list.gbnf
 root ::= item+
 item ::= "- " [^\r\n\x0b\x0c\x85\u2028\u2029]+ "\n"
 G
-printf -- '- one\n- two\n' | expect 0 --grammar "$dir/list.gbnf"
-printf -- '- one\n two\n' | expect 2 --grammar "$dir/list.gbnf"
+printf -- '- one\n- two\n' >"$dir/in"; expect 0 --grammar "$dir/list.gbnf" <"$dir/in"
+printf -- '- one\n two\n' >"$dir/in"; expect 2 --grammar "$dir/list.gbnf" <"$dir/in"
 printf 'root ::= undefined-rule\n' > "$dir/bad.gbnf"
-printf 'x' | expect 1 --grammar "$dir/bad.gbnf"
+printf 'x' >"$dir/in"; expect 1 --grammar "$dir/bad.gbnf" <"$dir/in"
 cat > "$dir/s.json" <<'S'
 {"type":"object","properties":{"name":{"type":"string","maxLength":8},
  "age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":2}},
  "required":["name"],"additionalProperties":false}
 S
-printf '{"name":"Ann","age":42,"tags":["a","b"]}' | expect 0 --json-schema "$dir/s.json"
-printf '{"name":"Ann"}' | expect 0 --json-schema "$dir/s.json"
-printf '{"age":42}' | expect 2 --json-schema "$dir/s.json"
-printf '{"name":"Ann","age":151}' | expect 2 --json-schema "$dir/s.json"
-printf '{"name":"Annabelle9"}' | expect 2 --json-schema "$dir/s.json"
-printf '{"name":"Ann","tags":["a","b","a"]}' | expect 2 --json-schema "$dir/s.json"
-printf '{"name":"Ann","x":1}' | expect 2 --json-schema "$dir/s.json"
-printf '{"name":"Ann"' | expect 2 --json-schema "$dir/s.json"
+printf '{"name":"Ann","age":42,"tags":["a","b"]}' >"$dir/in"; expect 0 --json-schema "$dir/s.json" <"$dir/in"
+printf '{"name":"Ann"}' >"$dir/in"; expect 0 --json-schema "$dir/s.json" <"$dir/in"
+printf '{"age":42}' >"$dir/in"; expect 2 --json-schema "$dir/s.json" <"$dir/in"
+printf '{"name":"Ann","age":151}' >"$dir/in"; expect 2 --json-schema "$dir/s.json" <"$dir/in"
+printf '{"name":"Annabelle9"}' >"$dir/in"; expect 2 --json-schema "$dir/s.json" <"$dir/in"
+printf '{"name":"Ann","tags":["a","b","a"]}' >"$dir/in"; expect 2 --json-schema "$dir/s.json" <"$dir/in"
+printf '{"name":"Ann","x":1}' >"$dir/in"; expect 2 --json-schema "$dir/s.json" <"$dir/in"
+printf '{"name":"Ann"' >"$dir/in"; expect 2 --json-schema "$dir/s.json" <"$dir/in"
 printf '{"not":{"type":"string"}}' > "$dir/not.json"
-printf '1' | expect 1 --json-schema "$dir/not.json"
+printf '1' >"$dir/in"; expect 1 --json-schema "$dir/not.json" <"$dir/in"
 grep -q "unsupported keyword 'not'" "$dir/err" && ok || bad "the refusal does not name 'not': $(cat "$dir/err")"
+
+# llama.cpp's grammars/*.gbnf, where the peer's source is unpacked (mk/peer.sh)
+G=$(ls -d "$B"/peer/llama_cpp_python-*/vendor/llama.cpp/grammars ${PAGODA_PEER_GRAMMARS:-} 2>/dev/null | head -1)
+if [ -n "$G" ]; then
+	for f in "$G"/*.gbnf; do
+		printf 'x' | "$P" constrain -m "$V" --grammar "$f" >/dev/null 2>"$dir/err"
+		[ $? -ne 1 ] && ok || bad "$(basename "$f") does not compile: $(cat "$dir/err")"
+	done
+	printf '{"a": [1, 2.5, "x", true, null], "b": {}}' >"$dir/in"; expect 0 --grammar "$G/json.gbnf" <"$dir/in"
+	printf '{"a": [1, 2.5,]}' >"$dir/in"; expect 2 --grammar "$G/json.gbnf" <"$dir/in"
+	printf '(1+2)*x = 9\n' >"$dir/in"; expect 0 --grammar "$G/arithmetic.gbnf" <"$dir/in"
+	printf '1. e4 e5\n2. Nf3 Nc6\n' >"$dir/in"; expect 0 --grammar "$G/chess.gbnf" <"$dir/in"
+	printf '1. e4 e9\n2. Nf3 Nc6\n' >"$dir/in"; expect 2 --grammar "$G/chess.gbnf" <"$dir/in"
+else
+	echo "SKIP: llama.cpp's grammars/*.gbnf: no peer source under $B/peer (sh mk/peer.sh)" >&2
+fi
 
 every=50
 [ "${1:-}" = full ] && every=1
