@@ -1064,37 +1064,115 @@ struct names {
 	int n, cap;
 };
 
-static void props_of(struct sc *c, const struct jv *s, struct names *o, int depth)
+static void add_name(struct names *o, const char *k, size_t l)
 {
-	s = deref(c, s);
+	for (int j = 0; j < o->n; j++)
+		if (o->l[j] == l && !memcmp(o->k[j], k, l))
+			return;
+	if (o->n == o->cap) {
+		o->cap = o->cap ? o->cap * 2 : 16;
+		const char **nk = realloc(o->k, o->cap * sizeof *nk);
+		if (nk)
+			o->k = nk;
+		size_t *nl = realloc(o->l, o->cap * sizeof *nl);
+		if (nl)
+			o->l = nl;
+		if (!nk || !nl) {
+			o->n = -1;
+			return;
+		}
+	}
+	o->k[o->n] = k;
+	o->l[o->n++] = l;
+}
+
+/* Property names in the order the compiler writes them: a $ref's and the
+ * allOf parts' first (merge_into takes them first), then the schema's own,
+ * then the anyOf/oneOf branches' (each merged after its siblings). */
+static void props_of(struct sc *c, const struct jv *s, struct names *o, int depth);
+
+static bool has_key(const struct jv *v, const char *k, size_t l)
+{
+	for (int i = 0; i < v->n; i++)
+		if (v->klen[i] == l && !memcmp(v->keys[i], k, l))
+			return true;
+	return false;
+}
+
+/* Does branch b (with the names o already taken) fit the object v: it
+ * names all v's keys and v has all it requires? */
+static bool fits(struct sc *c, const struct jv *b, const struct jv *v, const struct names *o)
+{
+	struct names t = { 0 };
+	for (int j = 0; j < o->n; j++)
+		add_name(&t, o->k[j], o->l[j]);
+	props_of(c, b, &t, 1);
+	bool ok = t.n >= 0;
+	for (int i = 0; ok && i < v->n; i++) {
+		bool named = false;
+		for (int j = 0; j < t.n && !named; j++)
+			named = t.l[j] == v->klen[i] && !memcmp(t.k[j], v->keys[i], t.l[j]);
+		ok = named;
+	}
+	const struct jv *d = deref(c, b);
+	c->b->failed = false;
+	const struct jv *req = d ? jv_get(d, "required") : NULL;
+	for (int i = 0; ok && req && req->t == JV_ARR && i < req->n; i++)
+		ok = req->a[i]->t != JV_STR || has_key(v, req->a[i]->s, req->a[i]->len);
+	free(t.k);
+	free(t.l);
+	return ok;
+}
+
+/* As props_of, but of anyOf/oneOf only the first branch that fits v. */
+static void props_for(struct sc *c, const struct jv *s, const struct jv *v, struct names *o, int depth)
+{
 	if (!s || s->t != JV_OBJ || depth > 32 || o->n < 0)
 		return;
-	const struct jv *p = jv_get(s, "properties");
-	for (int i = 0; p && p->t == JV_OBJ && i < p->n; i++) {
-		int j = 0;
-		while (j < o->n && !(o->l[j] == p->klen[i] && !memcmp(o->k[j], p->keys[i], p->klen[i])))
-			j++;
-		if (j < o->n)
-			continue;
-		if (o->n == o->cap) {
-			o->cap = o->cap ? o->cap * 2 : 16;
-			const char **nk = realloc(o->k, o->cap * sizeof *nk);
-			if (nk)
-				o->k = nk;
-			size_t *nl = realloc(o->l, o->cap * sizeof *nl);
-			if (nl)
-				o->l = nl;
-			if (!nk || !nl) {
-				o->n = -1;
-				return;
-			}
-		}
-		o->k[o->n] = p->keys[i];
-		o->l[o->n++] = p->klen[i];
+	const struct jv *r = jv_get(s, "$ref");
+	if (r && r->t == JV_STR) {
+		const struct jv *t = pointer(c, r->s);
+		c->b->failed = false;
+		props_for(c, t, v, o, depth + 1);
 	}
-	static const char *const subs[] = { "allOf", "anyOf", "oneOf" };
-	for (int k = 0; k < 3; k++) {
-		const struct jv *l = jv_get(s, subs[k]);
+	const struct jv *l = jv_get(s, "allOf");
+	for (int i = 0; l && l->t == JV_ARR && i < l->n; i++)
+		props_for(c, l->a[i], v, o, depth + 1);
+	const struct jv *p = jv_get(s, "properties");
+	for (int i = 0; p && p->t == JV_OBJ && i < p->n && o->n >= 0; i++)
+		add_name(o, p->keys[i], p->klen[i]);
+	static const char *const subs[] = { "anyOf", "oneOf" };
+	for (int k = 0; k < 2; k++) {
+		l = jv_get(s, subs[k]);
+		int pick = -1;
+		for (int i = 0; l && l->t == JV_ARR && i < l->n && pick < 0; i++)
+			if (fits(c, l->a[i], v, o))
+				pick = i;
+		for (int i = 0; l && l->t == JV_ARR && i < l->n; i++)
+			if (pick < 0 || i == pick)
+				props_for(c, l->a[i], v, o, depth + 1);
+	}
+}
+
+static void props_of(struct sc *c, const struct jv *s, struct names *o, int depth)
+{
+	if (!s || s->t != JV_OBJ || depth > 32 || o->n < 0)
+		return;
+	const struct jv *r = jv_get(s, "$ref");
+	if (r && r->t == JV_STR) {
+		const struct jv *t = pointer(c, r->s);
+		c->b->failed = false;
+		props_of(c, t, o, depth + 1);
+	}
+	const struct jv *l = jv_get(s, "allOf");
+	for (int i = 0; l && l->t == JV_ARR && i < l->n; i++)
+		props_of(c, l->a[i], o, depth + 1);
+	const struct jv *p = jv_get(s, "properties");
+	for (int i = 0; p && p->t == JV_OBJ && i < p->n && o->n >= 0; i++)
+		add_name(o, p->keys[i], p->klen[i]);
+	static const char *const subs[] = { "anyOf", "oneOf" };
+	for (int k = 0; k < 2; k++) {
+		l = jv_get(s, subs[k]);
 		for (int i = 0; l && l->t == JV_ARR && i < l->n; i++)
 			props_of(c, l->a[i], o, depth + 1);
 	}
@@ -1151,7 +1229,7 @@ static void canon(struct sc *c, const struct jv *s, const struct jv *v, struct g
 		return;
 	}
 	struct names nm = { 0 };
-	props_of(c, s, &nm, 0);
+	props_for(c, s, v, &nm, 0);
 	gbuf_putc(b, '{');
 	bool *done = calloc(v->n + 1, 1);
 	bool first = true;
