@@ -635,6 +635,37 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 	return r;
 }
 
+/* Does the JSON string contents of name match the pattern (searching)? */
+static bool pattern_matches(const char *re, size_t rl, const char *name, size_t nl)
+{
+	struct gm_b b;
+	char err[64];
+	gmb_init(&b, err, sizeof err);
+	int32_t start = gm_regex(&b, re, rl, true);
+	struct gm_grammar *g = gmb_finish(&b, start);
+	gmb_free(&b);
+	if (!g)
+		return false;
+	struct gbuf q = { 0 };
+	jv_dump_str(&q, name, nl);
+	struct gm_matcher *m = gm_matcher_new(g, NULL);
+	bool ok = m && !q.oom && gm_matcher_accept_bytes(m, q.p + 1, q.n - 2) == 0 && gm_matcher_is_complete(m);
+	gm_matcher_free(m);
+	gm_grammar_unref(g);
+	free(q.p);
+	return ok;
+}
+
+/* The schema of an undeclared member: the first pattern it matches, else
+ * additionalProperties. */
+static const struct jv *pattern_schema(const struct jv *pp, const char *name, size_t nl, const struct jv *ap)
+{
+	for (int i = 0; pp && pp->t == JV_OBJ && i < pp->n; i++)
+		if (pattern_matches(pp->keys[i], pp->klen[i], name, nl))
+			return pp->a[i];
+	return ap;
+}
+
 static int32_t object(struct sc *c, const struct jv *s)
 {
 	const struct jv *props = jv_get(s, "properties"), *req = jv_get(s, "required");
@@ -656,7 +687,7 @@ static int32_t object(struct sc *c, const struct jv *s)
 		while (j < n && !(e[j].kl == r->len && !memcmp(e[j].k, r->s, r->len)))
 			j++;
 		if (j == n)
-			e[n++] = (struct ent){ r->s, r->len, ap, false };
+			e[n++] = (struct ent){ r->s, r->len, pattern_schema(pp, r->s, r->len, ap), false };
 		e[j].req = true;
 	}
 	bool ap_false = ap && ap->t == JV_BOOL && !ap->b;
