@@ -1224,14 +1224,14 @@ static const struct jv *child_of(struct sc *c, const struct jv *s, const char *k
 			if ((p = child_of(c, l->a[i], k, depth + 1)))
 				return p;
 	}
-	p = jv_get(s, "additionalProperties");
+	p = pattern_schema(jv_get(s, "patternProperties"), k, strlen(k), jv_get(s, "additionalProperties"));
 	return p && p->t == JV_OBJ ? p : NULL;
 }
 
-static const struct jv *item_of(struct sc *c, const struct jv *s, int i)
+static const struct jv *item_of(struct sc *c, const struct jv *s, int i, int depth)
 {
 	s = deref(c, s);
-	if (!s || s->t != JV_OBJ)
+	if (!s || s->t != JV_OBJ || depth > 32)
 		return NULL;
 	const struct jv *pre = jv_get(s, "prefixItems"), *it = jv_get(s, "items");
 	if (it && it->t == JV_ARR) {
@@ -1240,7 +1240,17 @@ static const struct jv *item_of(struct sc *c, const struct jv *s, int i)
 	}
 	if (pre && pre->t == JV_ARR && i < pre->n)
 		return pre->a[i];
-	return it && it->t == JV_OBJ ? it : NULL;
+	if (it && it->t == JV_OBJ)
+		return it;
+	/* an array among the branches */
+	static const char *const subs[] = { "allOf", "anyOf", "oneOf" };
+	for (int j = 0; j < 3; j++) {
+		const struct jv *l = jv_get(s, subs[j]), *x;
+		for (int k = 0; l && l->t == JV_ARR && k < l->n; k++)
+			if ((x = item_of(c, l->a[k], i, depth + 1)))
+				return x;
+	}
+	return NULL;
 }
 
 static void canon(struct sc *c, const struct jv *s, const struct jv *v, struct gbuf *b, int depth)
@@ -1254,7 +1264,7 @@ static void canon(struct sc *c, const struct jv *s, const struct jv *v, struct g
 		for (int i = 0; i < v->n; i++) {
 			if (i)
 				gbuf_putc(b, ',');
-			canon(c, item_of(c, s, i), v->a[i], b, depth + 1);
+			canon(c, item_of(c, s, i, 0), v->a[i], b, depth + 1);
 		}
 		gbuf_putc(b, ']');
 		return;
