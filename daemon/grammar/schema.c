@@ -184,6 +184,16 @@ static const char *const annotations[] = {
 
 static int32_t lit_value(struct sc *c, const struct jv *v)
 {
+	/* 2, 2.0 and 2e0 are one number to JSON Schema: a whole number is
+	 * written as an integer or as the schema wrote it */
+	if (v->t == JV_NUM && v->num == floor(v->num) && fabs(v->num) < 1e15) {
+		char t[32];
+		int n = snprintf(t, sizeof t, "%lld", (long long)v->num);
+		if ((size_t)n != v->len || memcmp(t, v->s, n)) {
+			int32_t two[2] = { gmb_lit(c->b, t, n), gmb_lit(c->b, v->s, v->len) };
+			return gmb_alt(c->b, two, 2);
+		}
+	}
 	struct gbuf b = { 0 };
 	jv_dump(&b, v);
 	int32_t s = b.oom ? (gmb_fail(c->b, "out of memory"), 0) : gmb_lit(c->b, b.p, b.n);
