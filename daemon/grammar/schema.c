@@ -970,22 +970,90 @@ static int32_t by_type(struct sc *c, const struct jv *s)
 	return n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
 }
 
+static int32_t body(struct sc *c, const struct jv *s);
+
+/* The forms of "not" a grammar can say: not {} (nothing), not {"type": T}
+ * (the other types), not {"required": [name]} (that member never there).
+ * Returns s rewritten without "not", or NULL (refused, or nothing). */
+static const struct jv *drop_not(struct sc *c, const struct jv *s, bool *nothing)
+{
+	const struct jv *n = jv_get(s, "not");
+	*nothing = false;
+	if (n->t == JV_BOOL || (n->t == JV_OBJ && n->n == 0)) {
+		if (n->t == JV_OBJ || n->b) {
+			*nothing = true;
+			return NULL;
+		}
+	} else if (n->t != JV_OBJ || n->n != 1 ||
+		   (strcmp(n->keys[0], "type") && strcmp(n->keys[0], "required"))) {
+		return serr(c, "unsupported keyword '%s' (only not {}, not {type}, not {required: [one]})",
+			    "not"), NULL;
+	}
+	struct jv *o = jnew(c, JV_OBJ);
+	if (!o)
+		return NULL;
+	for (int i = 0; i < s->n; i++)
+		if (strcmp(s->keys[i], "not"))
+			jput(c, o, s->keys[i], s->klen[i], s->a[i]);
+	if (n->t == JV_BOOL)
+		return o;
+	if (!strcmp(n->keys[0], "type")) {
+		static const char *const all[] = { "object", "array", "string", "number", "integer", "boolean", "null" };
+		const struct jv *t = jv_get(s, "type"), *x = type_list(c, n->a[0]);
+		struct jv *keep = jnew(c, JV_ARR);
+		if (!x || !keep)
+			return NULL;
+		for (int k = 0; k < 7; k++) {
+			struct jv one = { .t = JV_STR, .s = (char *)all[k], .len = strlen(all[k]) };
+			struct jv *l1 = type_list(c, &one);
+			if (!l1 || (t && !has_type(type_list(c, t), all[k])) || has_type(x, all[k]))
+				continue;
+			if (k == 3 && has_type(x, "integer"))
+				return serr(c, "unsupported keyword '%s' (not integer among numbers)", "not"), NULL;
+			struct jv *str = jnew(c, JV_STR);
+			if (!str)
+				return NULL;
+			str->s = (char *)all[k];
+			str->len = strlen(all[k]);
+			jput(c, keep, NULL, 0, str);
+		}
+		jput(c, o, "type", 4, keep);
+		return o;
+	}
+	const struct jv *r = n->a[0];
+	if (r->t != JV_ARR || r->n != 1 || r->a[0]->t != JV_STR)
+		return serr(c, "unsupported keyword '%s' (only not {required: [one name]})", "not"), NULL;
+	const struct jv *req = jv_get(s, "required");
+	for (int i = 0; req && req->t == JV_ARR && i < req->n; i++)
+		if (jv_equal(req->a[i], r->a[0])) {
+			*nothing = true;
+			return NULL;
+		}
+	struct jv *props = jnew(c, JV_OBJ), *f = jnew(c, JV_BOOL);
+	if (!props || !f)
+		return NULL;
+	const struct jv *old = jv_get(s, "properties");
+	for (int i = 0; old && old->t == JV_OBJ && i < old->n; i++)
+		jput(c, props, old->keys[i], old->klen[i], old->a[i]);
+	jput(c, props, r->a[0]->s, r->a[0]->len, f); /* false: never present */
+	jput(c, o, "properties", 10, props);
+	return o;
+}
+
 static int32_t body(struct sc *c, const struct jv *s)
 {
 	if (s->t == JV_BOOL)
 		return s->b ? json_any(c) : gmb_none(c->b);
 	if (s->t != JV_OBJ)
 		return serr(c, "a schema must be an object or a boolean%s", ""), 0;
+	if (jv_get(s, "not")) {
+		bool nothing;
+		const struct jv *t = drop_not(c, s, &nothing);
+		return nothing ? gmb_none(c->b) : t ? body(c, t) : 0;
+	}
 	for (int i = 0; i < s->n; i++)
-		if (in(s->keys[i], refused)) {
-			/* not: true (a merged false schema) matches nothing */
-			const struct jv *v = s->a[i];
-			if (!strcmp(s->keys[i], "not") && v->t == JV_BOOL && !v->b)
-				continue;
-			if (!strcmp(s->keys[i], "not") && v->t == JV_BOOL && v->b)
-				return gmb_none(c->b);
+		if (in(s->keys[i], refused))
 			return serr(c, "unsupported keyword '%s'", s->keys[i]), 0;
-		}
 	const struct jv *all = jv_get(s, "allOf"), *r = jv_get(s, "$ref");
 	bool ref_alone = r && r->t == JV_STR;
 	for (int i = 0; i < s->n && ref_alone; i++)
