@@ -1,0 +1,236 @@
+/* tests/unit/test_grammar.c — the constraint engine: each front end's
+ * language over a small vocabulary (mask and matcher agree, EOS only when
+ * complete, rollback), and constrained requests in the engine on a real
+ * model (stories260K): several at once, each output in its own language,
+ * greedy and sampled; a constraint that does not compile is refused. */
+#include "daemon/engine/engine.h"
+#include "daemon/grammar/grammar.h"
+#include "daemon/model/tokenizer.h"
+#include "tests/unit/testdata.h"
+
+#include <check.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *pieces[] = { "{", "}", "\"", ":", ",", "a", "b", "ab", "1", "12", "-", "yes", "no",
+				"\"a\":", "x", "" };
+#define NV (int)(sizeof pieces / sizeof *pieces)
+#define EOS (NV - 1)
+
+static struct gm_vocab *vocab(void)
+{
+	int lens[NV];
+	bool eog[NV];
+	for (int i = 0; i < NV; i++) {
+		lens[i] = (int)strlen(pieces[i]);
+		eog[i] = i == EOS;
+	}
+	struct gm_vocab *v = gm_vocab_new(NV, pieces, lens, eog);
+	ck_assert_ptr_nonnull(v);
+	return v;
+}
+
+static bool in_mask(struct gm_matcher *m, int tok)
+{
+	uint32_t mask[1];
+	ck_assert_int_ge(gm_matcher_mask(m, mask), 0);
+	return mask[0] >> tok & 1;
+}
+
+/* Walk the text; true when every byte is taken and it is complete. */
+static bool accepts(enum gm_kind k, const char *src, const char *text)
+{
+	struct gm_grammar *g;
+	char err[256];
+	ck_assert_msg(gm_compile(k, src, strlen(src), &g, err, sizeof err) == 0, "%s: %s", src, err);
+	struct gm_vocab *v = vocab();
+	struct gm_matcher *m = gm_matcher_new(g, v);
+	bool ok = gm_matcher_accept_bytes(m, text, strlen(text)) == 0 && gm_matcher_is_complete(m);
+	ck_assert_int_eq(ok, in_mask(m, EOS) && gm_matcher_accept_bytes(m, "", 0) == 0);
+	gm_matcher_free(m);
+	gm_vocab_free(v);
+	gm_grammar_unref(g);
+	return ok;
+}
+
+START_TEST(test_languages)
+{
+	ck_assert(accepts(GM_REGEX, "a(b|c)*\\d{2}", "abcb12"));
+	ck_assert(!accepts(GM_REGEX, "a(b|c)*\\d{2}", "abcb1"));
+	ck_assert(!accepts(GM_REGEX, "a(b|c)*\\d{2}", "abcb123"));
+	ck_assert(accepts(GM_REGEX, "[^a-c]{1,3}", "\xc3\xa9z"));
+	ck_assert(!accepts(GM_REGEX, "[^a-c]{1,3}", "za"));
+	ck_assert(accepts(GM_GBNF, "root ::= x+\nx ::= \"ab\" | [0-9]\n", "ab1ab"));
+	ck_assert(!accepts(GM_GBNF, "root ::= x+\nx ::= \"ab\" | [0-9]\n", "a"));
+	const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-3,\"maximum\":12}},"
+			"\"required\":[\"a\"],\"additionalProperties\":false}";
+	ck_assert(accepts(GM_JSON_SCHEMA, s, "{\"a\":12}"));
+	ck_assert(accepts(GM_JSON_SCHEMA, s, "{\"a\":-3}"));
+	ck_assert(!accepts(GM_JSON_SCHEMA, s, "{\"a\":13}"));
+	ck_assert(!accepts(GM_JSON_SCHEMA, s, "{\"a\":-4}"));
+	ck_assert(!accepts(GM_JSON_SCHEMA, s, "{}"));
+	ck_assert(accepts(GM_JSON_SCHEMA, "{\"$ref\":\"#/$defs/t\",\"$defs\":{\"t\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/t\"}}}}",
+			  "[[],[[]]]"));
+}
+END_TEST
+
+START_TEST(test_mask_matches_matcher_and_rollback)
+{
+	struct gm_grammar *g;
+	char err[256];
+	const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[\"ab\",\"b\"]}},\"additionalProperties\":false}";
+	ck_assert(gm_compile(GM_JSON_SCHEMA, s, strlen(s), &g, err, sizeof err) == 0);
+	struct gm_vocab *v = vocab();
+	struct gm_matcher *m = gm_matcher_new(g, v);
+	ck_assert(in_mask(m, 0) && !in_mask(m, EOS) && !in_mask(m, 5));
+	ck_assert_int_eq(gm_matcher_accept_token(m, 0), 0);
+	size_t at = gm_matcher_pos(m);
+	/* after '{': '}' or "a": (one token or three) */
+	for (int t = 0; t < NV; t++) {
+		size_t before = gm_matcher_pos(m);
+		bool allowed = in_mask(m, t);
+		ck_assert_int_eq(gm_matcher_accept_token(m, t) == 0, allowed);
+		if (allowed)
+			gm_matcher_rollback(m, before);
+		ck_assert_int_eq(gm_matcher_pos(m), before);
+	}
+	ck_assert(in_mask(m, 1) && in_mask(m, 13) && in_mask(m, 2) && !in_mask(m, 5));
+	ck_assert_int_eq(gm_matcher_accept_token(m, 13), 0);
+	ck_assert_int_eq(gm_matcher_accept_token(m, 2), 0);
+	ck_assert(in_mask(m, 7) && in_mask(m, 6) && in_mask(m, 5) && !in_mask(m, 8) && !in_mask(m, 14));
+	gm_matcher_rollback(m, at);
+	ck_assert(in_mask(m, 1));
+	ck_assert_int_eq(gm_matcher_accept_token(m, 1), 0);
+	ck_assert(in_mask(m, EOS) && !in_mask(m, 0));
+	ck_assert_int_eq(gm_matcher_accept_token(m, EOS), 0);
+	gm_matcher_free(m);
+	gm_vocab_free(v);
+	gm_grammar_unref(g);
+}
+END_TEST
+
+START_TEST(test_refusals_name_what)
+{
+	static const struct { enum gm_kind k; const char *src, *want; } bad[] = {
+		{ GM_JSON_SCHEMA, "{\"uniqueItems\":true,\"type\":\"array\"}", "uniqueItems" },
+		{ GM_JSON_SCHEMA, "{\"if\":{},\"then\":{}}", "'if'" },
+		{ GM_JSON_SCHEMA, "{\"$ref\":\"http://x/y.json\"}", "$ref" },
+		{ GM_JSON_SCHEMA, "{\"type\":", "JSON" },
+		{ GM_REGEX, "(a)\\1", "back-references" },
+		{ GM_REGEX, "a(?=b)", "look-around" },
+		{ GM_GBNF, "root ::= foo\n", "undefined rule 'foo'" },
+		{ GM_GBNF, "x ::= \"a\"\n", "no rule 'root'" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		struct gm_grammar *g;
+		char err[256];
+		ck_assert_int_eq(gm_compile(bad[i].k, bad[i].src, strlen(bad[i].src), &g, err, sizeof err), -1);
+		ck_assert_msg(strstr(err, bad[i].want), "%s: '%s' lacks '%s'", bad[i].src, err, bad[i].want);
+	}
+}
+END_TEST
+
+/* ---- in the engine ------------------------------------------------------- */
+
+struct out {
+	char text[4096];
+	int len;
+	bool done;
+	enum finish_reason why;
+	char msg[256];
+};
+
+static void on_tok(struct engine_req *r, int32_t tok, const char *text, size_t len)
+{
+	struct out *o = r->user;
+	ck_assert_int_lt(o->len + (int)len, (int)sizeof o->text);
+	memcpy(o->text + o->len, text, len);
+	o->len += (int)len;
+}
+
+static void on_done(struct engine_req *r, enum finish_reason why, int err, const char *msg)
+{
+	struct out *o = r->user;
+	o->done = true;
+	o->why = why;
+	snprintf(o->msg, sizeof o->msg, "%s", msg ? msg : "");
+}
+
+START_TEST(test_engine_constrained_batch)
+{
+	char path[4096], err[512];
+	if (testdata_path(path, sizeof path, "models/stories260K.gguf"))
+		return;
+	struct engine *e;
+	ck_assert_msg(engine_create(&(struct engine_opts){ .model_path = path, .threads = 2 }, &e, err, sizeof err) == 0,
+		      "%s", err);
+	const struct tokenizer *t = engine_tokenizer(e);
+	int32_t ids[64];
+	int n = tok_encode(t, "Once upon a time", 16, tok_add_bos(t), false, ids, 64);
+	static const char *res[] = { "(yes|no)", "[a-z]+( [a-z]+){2,4}\\.", "[0-9]{1,3}(,[0-9]{1,3}){0,3}",
+				     "(yes|no)" };
+	struct engine_req r[4];
+	struct out o[4];
+	for (int i = 0; i < 4; i++) {
+		memset(&r[i], 0, sizeof r[i]);
+		memset(&o[i], 0, sizeof o[i]);
+		r[i].id = i + 1;
+		r[i].prompt = ids;
+		r[i].n_prompt = n;
+		r[i].max_tokens = 64;
+		sampling_defaults(&r[i].sampling);
+		r[i].sampling.temp = i == 3 ? 1.5f : 0; /* one sampled, hot */
+		r[i].sampling.seed = 42;
+		r[i].on_token = on_tok;
+		r[i].on_done = on_done;
+		r[i].user = &o[i];
+		r[i].constraint_kind = GM_REGEX;
+		r[i].constraint = res[i];
+		r[i].constraint_len = strlen(res[i]);
+		ck_assert_int_eq(engine_submit(e, &r[i]), 0);
+	}
+	for (int guard = 0; engine_step(e) > 0; guard++)
+		ck_assert_int_lt(guard, 10000);
+	for (int i = 0; i < 4; i++) {
+		ck_assert(o[i].done);
+		ck_assert_msg(o[i].why == FINISH_EOS, "request %d ended %s: %s", i, finish_reason_name(o[i].why), o[i].msg);
+		char anchored[128];
+		snprintf(anchored, sizeof anchored, "^%s$", res[i]);
+		regex_t re;
+		ck_assert_int_eq(regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB), 0);
+		o[i].text[o[i].len] = 0;
+		ck_assert_msg(regexec(&re, o[i].text, 0, NULL, 0) == 0, "'%s' does not match %s", o[i].text, res[i]);
+		regfree(&re);
+	}
+	/* refused at submit, naming the reason */
+	struct engine_req bad = r[0];
+	struct out ob = { 0 };
+	bad.user = &ob;
+	bad.constraint_kind = GM_JSON_SCHEMA;
+	bad.constraint = "{\"not\":{\"enum\":[1]}}";
+	bad.constraint_len = strlen(bad.constraint);
+	ck_assert_int_eq(engine_submit(e, &bad), ENGINE_ERR_INVALID);
+	ck_assert(ob.done && ob.why == FINISH_ERROR);
+	ck_assert_msg(strstr(ob.msg, "'not'"), "%s", ob.msg);
+	engine_destroy(e);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("grammar");
+	TCase *tc = tcase_create("grammar");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_languages);
+	tcase_add_test(tc, test_mask_matches_matcher_and_rollback);
+	tcase_add_test(tc, test_refusals_name_what);
+	tcase_add_test(tc, test_engine_constrained_batch);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
