@@ -1287,7 +1287,9 @@ static void props_of(struct sc *c, const struct jv *s, struct names *o, int dept
 	}
 }
 
-static const struct jv *child_of(struct sc *c, const struct jv *s, const char *k, int depth)
+/* The schema of member k of object v: from properties, through the
+ * branches (those v fits first), else its pattern or additionalProperties. */
+static const struct jv *child_of(struct sc *c, const struct jv *s, const char *k, const struct jv *v, int depth)
 {
 	s = deref(c, s);
 	if (!s || s->t != JV_OBJ || depth > 32)
@@ -1296,12 +1298,15 @@ static const struct jv *child_of(struct sc *c, const struct jv *s, const char *k
 	if (p)
 		return p;
 	static const char *const subs[] = { "allOf", "anyOf", "oneOf" };
-	for (int j = 0; j < 3; j++) {
-		const struct jv *l = jv_get(s, subs[j]);
-		for (int i = 0; l && l->t == JV_ARR && i < l->n; i++)
-			if ((p = child_of(c, l->a[i], k, depth + 1)))
-				return p;
-	}
+	struct names none = { 0 };
+	for (int pass = 0; pass < 2; pass++)
+		for (int j = 0; j < 3; j++) {
+			const struct jv *l = jv_get(s, subs[j]);
+			for (int i = 0; l && l->t == JV_ARR && i < l->n; i++)
+				if ((j == 0 || fits(c, l->a[i], v, &none) == (pass == 0)) &&
+				    (p = child_of(c, l->a[i], k, v, depth + 1)))
+					return p;
+		}
 	p = pattern_schema(jv_get(s, "patternProperties"), k, strlen(k), jv_get(s, "additionalProperties"));
 	return p && p->t == JV_OBJ ? p : NULL;
 }
@@ -1372,7 +1377,7 @@ static void canon(struct sc *c, const struct jv *s, const struct jv *v, struct g
 			first = false;
 			jv_dump_str(b, v->keys[i], v->klen[i]);
 			gbuf_putc(b, ':');
-			canon(c, child_of(c, s, v->keys[i], 0), v->a[i], b, depth + 1);
+			canon(c, child_of(c, s, v->keys[i], v, 0), v->a[i], b, depth + 1);
 		}
 	}
 	gbuf_putc(b, '}');
