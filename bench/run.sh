@@ -18,7 +18,10 @@
 #   BENCH_ONLY="pp gen mm sweep prefix ipc"
 #                       the sections to run (default all): prefill/decode,
 #                       daemon against in-process, mm_decode, the concurrency
-#                       sweep, shared prefix, IPC (to re-measure one section)
+#                       sweep, shared prefix, IPC (to re-measure one section);
+#                       "kvq" (not among the default ones): decode after a long
+#                       prompt (BENCH_KVQ_PP, default 2000) with f16, q8_0 and
+#                       q4_0 KV caches (docs/kv-quant.md)
 #   BENCH_PP, BENCH_TG, BENCH_SWEEP ("1 4 16 64"), BENCH_SW_PP, BENCH_SW_TG,
 #   BENCH_SW_ROUNDS, BENCH_GEN_PAIRS, BENCH_TT_PAIRS, BENCH_PFX, BENCH_PFX_SUF, BENCH_PFX_N,
 #   BENCH_PFX_ROUNDS:
@@ -265,6 +268,39 @@ for M in "$M8" "$M4"; do
 	fi
 	echo "$mname pp_ratio=$rp tg_ratio=$rt tg_depth_ratio=$rtd pagoda_pp=$mp pagoda_tg=$mt llama_pp=$lp llama_tg=$lt bw_frac_paired=${pfrac:-NA}" >>"$SUMMARY"
 done
+
+# ---- the quantized KV cache (BENCH_ONLY=kvq): decode after a long prompt -------------
+# Decode reads the whole cache every token: with f16, q8_0 and q4_0 caches,
+# pagoda run and llama-bench -fa 1 -ctk/-ctv alternate, decode tok/s after
+# a KVQ_PP-token prompt (default 2000) on the Q8_0 model.
+if want kvq; then
+	KVQ_PP=${BENCH_KVQ_PP:-2000}
+	PFQ=$W/prompt-kvq.txt
+	make_prompt "$M8" "$KVQ_PP" "$PFQ"
+	say ""
+	say "## decode ($TG tokens) after a $KVQ_PP-token prompt by KV cache type, $(basename "$M8" .gguf), $T threads, $ROUNDS rounds"
+	say "round | load | cache | pagoda run tg | llama-bench -fa 1 tg"
+	for r in $(seq 1 "$ROUNDS"); do
+		for ct in f16 q8_0 q4_0; do
+			ld=$(loadavg | cut -d' ' -f1)
+			p=$("$B/pagoda" run --backend "$BACKEND" -m "$M8" -f "$PFQ" -n "$TG" -t "$T" --temp 0 --ids -c $((KVQ_PP + TG + 16)) \
+				-ctk $ct -ctv $ct 2>&1 >/dev/null | sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) tok\/s.*/\1/p')
+			l=NA
+			if [ -n "$LLAMA_BIN" ]; then
+				out=$("$LLAMA_BIN/llama-bench" -m "$M8" -t "$T" -p 0 -n "$TG" -d "$KVQ_PP" -fa 1 -ctk $ct -ctv $ct -r 1 \
+					-o jsonl 2>>"$W/llama-bench.err")
+				l=$(jget avg_ts "$(printf '%s\n' "$out" | grep "\"n_gen\": *$TG" | head -n1)")
+			fi
+			record "{\"what\":\"kvq_tg\",\"cache\":\"$ct\",\"round\":$r,\"load\":\"$ld\",\"pagoda\":\"${p:-NA}\",\"llama\":\"${l:-NA}\"}"
+			say "$r | $ld | $ct | $(fmt "${p:-NA}") | $(fmt "${l:-NA}")"
+			echo "$ct ${p:-NA} ${l:-NA} $(ratio "${p:-NA}" "${l:-NA}")" >>"$W/kvq-$STAMP.txt"
+		done
+	done
+	for ct in f16 q8_0 q4_0; do
+		kc() { awk -v t="$ct" -v c="$1" '$1 == t && $c != "NA" { print $c }' "$W/kvq-$STAMP.txt" | median; }
+		say "median $ct: pagoda $(fmt "$(kc 2)") tok/s, llama.cpp $(fmt "$(kc 3)"), per-round ratio $(kc 4)x"
+	done
+fi
 
 # ---- the daemon against the engine in-process -------------------------------------
 if want gen; then

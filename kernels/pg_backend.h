@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever struct pg_backend_ops or a struct it takes changes. */
-#define PG_BACKEND_ABI 1
+#define PG_BACKEND_ABI 2
 
 /* ---- the model, described once, backend-neutral ------------------------ */
 
@@ -100,32 +100,34 @@ struct pg_model_desc {
 /* ---- the KV pool --------------------------------------------------------- */
 
 /* A block holds block_size consecutive positions of one sequence, every
- * layer, K and V, each row kv_dim elements of type (PG_TYPE_F16 for now).
- * How a backend lays a block out in its memory is its own business; the
- * host image (kv_copy_out / kv_copy_in, the offload tier and disaggregated
+ * layer, K and V, each row kv_dim elements: K's of type_k, V's of type_v
+ * (F16, or a quantized cache type: pg_kv_type_ok; head_dim a whole number
+ * of the type's blocks), pg_row_size(type, kv_dim) bytes a row. How a
+ * backend lays a block out in its memory is its own business; the host
+ * image (kv_copy_out / kv_copy_in, the offload tier and disaggregated
  * serving) is fixed:
- *   K[layer][slot][kv_dim], then V[layer][slot][kv_dim]
+ *   K[layer][slot][K row], then V[layer][slot][V row]
  * with slot = position % block_size, pg_kv_block_bytes() bytes in all. */
 struct pg_kv_layout {
 	int block_size;
 	int n_layer;
 	int kv_dim;
-	uint32_t type;
+	uint32_t type_k, type_v;
 };
 
-/* F16 is the only type so far: 2 bytes an element. */
 static inline size_t pg_kv_block_bytes(const struct pg_kv_layout *l)
 {
-	return 2 * sizeof(pg_f16) * (size_t)l->kv_dim * (size_t)l->block_size * (size_t)l->n_layer;
+	return (pg_row_size(l->type_k, (uint64_t)l->kv_dim) + pg_row_size(l->type_v, (uint64_t)l->kv_dim)) *
+	       (size_t)l->block_size * (size_t)l->n_layer;
 }
 
 /* Where the pool's bytes are, for a backend that keeps them in host memory
- * (PG_BACKEND_CAP_KV_HOST): the row of block b, layer l, slot j is
- *   k + b*block_stride + l*layer_stride + j*kv_dim   (likewise v)
- * in elements. daemon/kv's kv_k_row / kv_v_row read through this. */
+ * (PG_BACKEND_CAP_KV_HOST): the K row of block b, layer l, slot j starts
+ *   k + b*k_block_stride + l*k_layer_stride + j*pg_row_size(type_k, kv_dim)
+ * bytes in (likewise V). daemon/kv's kv_k_row / kv_v_row read through this. */
 struct pg_kv_host {
-	pg_f16 *k, *v;
-	size_t layer_stride, block_stride;
+	uint8_t *k, *v;
+	size_t k_layer_stride, k_block_stride, v_layer_stride, v_block_stride; /* bytes */
 };
 
 /* ---- one step -------------------------------------------------------------- */
@@ -238,7 +240,9 @@ struct pg_backend_ops {
 	int (*reserve)(struct pg_backend *b, const struct pg_step_limits *lim, char *err, size_t errlen);
 	/* Once per instance, after load_weights: n_blocks blocks of layout
 	 * (layout.n_layer and kv_dim match the model's). Fresh blocks need not
-	 * be zeroed: a step only reads positions it or an earlier step wrote. */
+	 * be zeroed: a step only reads positions it or an earlier step wrote.
+	 * Refuses (-EINVAL, saying why) cache types it lacks and a head size
+	 * that is not a whole number of a type's blocks. */
 	int (*kv_alloc)(struct pg_backend *b, const struct pg_kv_layout *layout, int64_t n_blocks, char *err,
 			size_t errlen);
 	/* PG_BACKEND_CAP_KV_HOST only (NULL otherwise): where the bytes are. */

@@ -65,6 +65,36 @@ size_t pg_row_size(uint32_t type, uint64_t n)
 	return (size_t)(blocks * ti->size);
 }
 
+static const struct {
+	const char *name;
+	uint32_t type;
+} kv_types[] = {
+	{ "f16", PG_TYPE_F16 },   { "q8_0", PG_TYPE_Q8_0 }, { "q4_0", PG_TYPE_Q4_0 },
+	{ "q4_1", PG_TYPE_Q4_1 }, { "iq4_nl", PG_TYPE_IQ4_NL }, { "q5_0", PG_TYPE_Q5_0 },
+	{ "q5_1", PG_TYPE_Q5_1 },
+};
+
+int pg_kv_type_parse(const char *name)
+{
+	for (size_t i = 0; name && i < sizeof kv_types / sizeof kv_types[0]; i++)
+		if (strcmp(name, kv_types[i].name) == 0)
+			return (int)kv_types[i].type;
+	return -1;
+}
+
+const char *pg_kv_type_name(uint32_t type)
+{
+	for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
+		if (kv_types[i].type == type)
+			return kv_types[i].name;
+	return "?";
+}
+
+bool pg_kv_type_ok(uint32_t type)
+{
+	return pg_kv_type_name(type)[0] != '?';
+}
+
 static inline float f32_from_bits(uint32_t w)
 {
 	float f;

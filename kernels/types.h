@@ -105,6 +105,16 @@ const char *pg_type_name(uint32_t type);
  * or the type is unknown. */
 size_t pg_row_size(uint32_t type, uint64_t n);
 
+/* The KV cache's element types, named as llama.cpp's -ctk/-ctv name them:
+ * f16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1. pg_kv_type_parse gives the
+ * type of a name, or -1; pg_kv_type_name the name of one ("?" for a type
+ * that is not a cache type). */
+int pg_kv_type_parse(const char *name);
+bool pg_kv_type_ok(uint32_t type);
+const char *pg_kv_type_name(uint32_t type);
+/* "f16, q8_0, ...", for messages */
+#define PG_KV_TYPE_NAMES "f16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
+
 /* IEEE half and bfloat16 conversions (round to nearest even, as ggml). */
 float pg_f16_to_f32(pg_f16 h);
 pg_f16 pg_f32_to_f16(float f);

@@ -11,7 +11,10 @@
 #            2 KV heads, ffn 768; stories260K's vocabulary where a
 #            stories260K.gguf is at hand, else mkmodel's own 512 tokens)
 #            and its F16, Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0 by llama-quantize
-#   golden/  synth-kq-TYPE.ids: "Once upon a time", 64 greedy tokens
+#   golden/  synth-kq-TYPE.ids: "Once upon a time", 64 greedy tokens;
+#            kvq.golden: the same with quantized KV caches, and perplexities
+#            (tests/peer/make-kvq-golden.sh; compared with the committed
+#            tests/e2e/data/kvq.golden)
 #   and, only where a stories260K.gguf is at hand (PAGODA_TESTDATA or
 #   ../shared: trained weights cannot be made), its F16/Q8_0/Q4_0, their
 #   goldens, the golden prompts' .ids/.expected and llama-perplexity's PPL.
@@ -118,6 +121,22 @@ if [ -n "$S260" ]; then
 		done
 		say "llama-perplexity $m on golden/story.txt, -c 128 -b 128: PPL ${ppl:-?} (../shared/testdata/README.md has llama.cpp of 2026-09's)"
 	done
+fi
+
+# ---- the quantized KV cache's golden (tests/e2e/kv_quant.sh reads the committed one) ----
+if [ -e "$OUT/golden/story.txt" ]; then
+	if sh tests/peer/make-kvq-golden.sh "$G" "$BIN" "$OUT" >"$OUT/golden/kvq.golden"; then
+		made=$((made + 1))
+		if cmp -s "$OUT/golden/kvq.golden" tests/e2e/data/kvq.golden; then
+			say "golden/kvq.golden is tests/e2e/data/kvq.golden"
+		else
+			say "golden/kvq.golden differs from tests/e2e/data/kvq.golden (expected unless these are ../shared's synth-kq models; else the peer changed: commit it)"
+		fi
+	else
+		say "tests/peer/make-kvq-golden.sh failed"
+	fi
+else
+	say "cannot make golden/kvq.golden: no golden/story.txt (it comes with stories260K)"
 fi
 
 say "made $made files in $OUT${SHARED:+; $same the same as ../shared/testdata's}"

@@ -131,11 +131,11 @@ static int set_defaults(struct engine *e, const struct engine_opts *o)
 	return 0;
 }
 
-static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, int block_size)
+static int64_t pool_blocks(const struct engine *e, const struct engine_opts *o, const struct pg_kv_layout *l)
 {
-	const struct model_hparams *hp = &e->m->hp;
+	const int block_size = l->block_size;
 	int64_t per_ctx = (e->n_ctx + block_size - 1) / block_size;
-	size_t bb = kv_block_bytes(block_size, hp->n_layer, hp->n_head_kv * hp->head_dim);
+	size_t bb = pg_kv_block_bytes(l);
 	int64_t n;
 	struct pg_mem_info mi;
 	if (o->kv_blocks > 0)
@@ -212,6 +212,25 @@ static int open_tier(struct engine *e, const struct engine_opts *o, char *err, s
 	return 0;
 }
 
+/* --cache-type-k / --cache-type-v into the pool's layout. */
+static int kv_types(const struct engine_opts *o, struct pg_kv_layout *l, char *err, size_t errlen)
+{
+	const char *names[2] = { o->cache_type_k, o->cache_type_v }, *what[2] = { "K", "V" };
+	uint32_t *types[2] = { &l->type_k, &l->type_v };
+	for (int i = 0; i < 2; i++) {
+		if (!names[i])
+			continue;
+		const int t = pg_kv_type_parse(names[i]);
+		if (t < 0) {
+			snprintf(err, errlen, "unknown %s cache type '%s' (one of " PG_KV_TYPE_NAMES ")", what[i],
+				 names[i]);
+			return -EINVAL;
+		}
+		*types[i] = (uint32_t)t;
+	}
+	return 0;
+}
+
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)
 {
 	struct engine *e = calloc(1, sizeof *e);
@@ -239,10 +258,12 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	if ((r = pg_backend_load_weights(e->be, &e->m->desc, err, errlen)) ||
 	    (r = pg_backend_reserve(e->be, &lim, err, errlen)))
 		goto fail;
-	int bs = o->block_size > 0 ? o->block_size : 16;
 	const struct model_hparams *hp = &e->m->hp;
-	r = kv_pool_init(&e->kv, e->be, pool_blocks(e, o, bs), bs, hp->n_layer, hp->n_head_kv * hp->head_dim,
-			 !o->no_prefix_cache, err, errlen);
+	struct pg_kv_layout kvl = { o->block_size > 0 ? o->block_size : 16, hp->n_layer, hp->n_head_kv * hp->head_dim,
+				    PG_TYPE_F16, PG_TYPE_F16 };
+	if ((r = kv_types(o, &kvl, err, errlen)))
+		goto fail;
+	r = kv_pool_init_layout(&e->kv, e->be, pool_blocks(e, o, &kvl), &kvl, !o->no_prefix_cache, err, errlen);
 	if (r)
 		goto fail;
 	if (o->offload_dir && *o->offload_dir && (r = open_tier(e, o, err, errlen)))
@@ -265,6 +286,10 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 		goto fail;
 	}
 	e->stats.kv_blocks_total = e->kv.n_blocks;
+	e->stats.kv_type_k = pg_kv_type_name(kvl.type_k);
+	e->stats.kv_type_v = pg_kv_type_name(kvl.type_v);
+	e->stats.kv_tokens_total = e->kv.n_blocks * kvl.block_size;
+	e->stats.kv_block_bytes = (int64_t)kv_pool_block_bytes(&e->kv);
 	*out = e;
 	return 0;
 fail:

@@ -42,6 +42,9 @@ struct engine_opts {
 	 * the calling thread; may be NULL. */
 	void (*progress)(void *user, const char *stage, double frac);
 	void *progress_user;
+	/* The KV cache's types, as llama.cpp's -ctk/-ctv name them
+	 * (PG_KV_TYPE_NAMES, kernels/types.h); NULL: f16. */
+	const char *cache_type_k, *cache_type_v;
 };
 
 struct sampling {
@@ -172,6 +175,11 @@ struct engine_stats {
 	} offload;
 	/* latency over the last ENGINE_LAT_WINDOW requests / tokens, in ns */
 	uint64_t ttft_p50, ttft_p99, itl_p50, itl_p99;
+	/* the KV cache: its types ("f16", "q8_0", ...), the tokens its pool
+	 * holds (kv_blocks_total * block size) and a block's bytes */
+	const char *kv_type_k, *kv_type_v;
+	int64_t kv_tokens_total;
+	int64_t kv_block_bytes;
 };
 #define ENGINE_LAT_WINDOW 1024
 void engine_get_stats(struct engine *e, struct engine_stats *s); /* thread-safe */

@@ -1,10 +1,11 @@
 /* daemon/kv/kv.h — the paged KV-cache: a pool of fixed-size blocks (all
- * layers of block_size tokens each, K and V in f16), per-sequence block
+ * layers of block_size tokens each, K and V in f16 or a quantized cache
+ * type, kernels/types.h: pg_kv_type_ok), per-sequence block
  * tables, reference counts and prefix caching. The backend owns the
  * blocks' bytes (kernels/pg_backend.h); the pool here keeps the books.
  *
  * A full block is content-addressed by a chained hash of (parent block's
- * hash, its token ids): a later sequence whose prompt starts with the same
+ * hash, its token ids), the chain rooted in the cache types: a later sequence whose prompt starts with the same
  * tokens maps the same blocks instead of recomputing them. Blocks no
  * sequence holds stay cached, least recently released first out, until
  * their memory is needed. A block another sequence may map is never
@@ -44,10 +45,12 @@ struct kv_pool {
 	int block_size;
 	int n_layer;
 	int kv_dim;          /* n_head_kv * head_dim */
-	size_t layer_stride; /* elements between two layers of a block */
-	size_t block_stride; /* elements between two blocks */
+	uint32_t type_k, type_v;
+	size_t k_row, v_row; /* bytes of a K row, a V row */
+	/* bytes between two layers of a block, between two blocks */
+	size_t k_layer_stride, k_block_stride, v_layer_stride, v_block_stride;
 	struct pg_backend *be; /* owns the bytes */
-	pg_f16 *k, *v;        /* where they are; NULL when not in host memory */
+	uint8_t *k, *v;       /* where they are; NULL when not in host memory */
 	struct kv_block_meta *meta;
 	int32_t *free_list;  /* blocks holding nothing */
 	int64_t n_free;
@@ -75,11 +78,12 @@ struct kv_seq {
 };
 
 /* Has the backend allocate the blocks' bytes (pg_backend_kv_alloc), then
- * keeps the books for them. */
+ * keeps the books for them. kv_pool_init: K and V in f16. */
 int kv_pool_init(struct kv_pool *p, struct pg_backend *be, int64_t n_blocks, int block_size, int n_layer,
 		 int kv_dim, bool prefix_cache, char *err, size_t errlen);
+int kv_pool_init_layout(struct kv_pool *p, struct pg_backend *be, int64_t n_blocks, const struct pg_kv_layout *l,
+			bool prefix_cache, char *err, size_t errlen);
 void kv_pool_free(struct kv_pool *p);
-size_t kv_block_bytes(int block_size, int n_layer, int kv_dim);
 
 /* Blocks that could be handed out now (free + cached). */
 int64_t kv_available(const struct kv_pool *p);
@@ -154,36 +158,26 @@ bool kv_pool_has(const struct kv_pool *p, struct kv_hash h);
 int kv_seq_next_hashes(const struct kv_pool *p, const struct kv_seq *s, const int32_t *tokens, int n,
 		       struct kv_hash *out, int max);
 
-/* The accessors below need the bytes in host memory (p->k non-NULL). */
-static inline pg_f16 *kv_row(const struct kv_pool *p, pg_f16 *base, const struct kv_seq *s,
-			     int layer, int pos)
+/* The accessors below need the bytes in host memory (p->k non-NULL);
+ * the row ones give f16 rows, for an f16 pool. */
+static inline uint8_t *kv_k_block(const struct kv_pool *p, const struct kv_seq *s, int layer, int i)
 {
-	int32_t b = s->blocks[pos / p->block_size];
-	return base + (size_t)b * p->block_stride + (size_t)layer * p->layer_stride +
-	       (size_t)(pos % p->block_size) * p->kv_dim;
+	return p->k + (size_t)s->blocks[i] * p->k_block_stride + (size_t)layer * p->k_layer_stride;
+}
+
+static inline uint8_t *kv_v_block(const struct kv_pool *p, const struct kv_seq *s, int layer, int i)
+{
+	return p->v + (size_t)s->blocks[i] * p->v_block_stride + (size_t)layer * p->v_layer_stride;
 }
 
 static inline pg_f16 *kv_k_row(const struct kv_pool *p, const struct kv_seq *s, int layer, int pos)
 {
-	return kv_row(p, p->k, s, layer, pos);
+	return (pg_f16 *)(kv_k_block(p, s, layer, pos / p->block_size) + (size_t)(pos % p->block_size) * p->k_row);
 }
 
 static inline pg_f16 *kv_v_row(const struct kv_pool *p, const struct kv_seq *s, int layer, int pos)
 {
-	return kv_row(p, p->v, s, layer, pos);
-}
-
-/* The rows of the sequence's i-th block at one layer: position
- * i * block_size + j starts kv_dim * j elements further. For kernels that
- * walk a whole block without a lookup per position. */
-static inline pg_f16 *kv_k_block(const struct kv_pool *p, const struct kv_seq *s, int layer, int i)
-{
-	return p->k + (size_t)s->blocks[i] * p->block_stride + (size_t)layer * p->layer_stride;
-}
-
-static inline pg_f16 *kv_v_block(const struct kv_pool *p, const struct kv_seq *s, int layer, int i)
-{
-	return p->v + (size_t)s->blocks[i] * p->block_stride + (size_t)layer * p->layer_stride;
+	return (pg_f16 *)(kv_v_block(p, s, layer, pos / p->block_size) + (size_t)(pos % p->block_size) * p->v_row);
 }
 
 #endif

@@ -13,31 +13,44 @@
 #define SLOT_EMPTY (-1)
 #define SLOT_DELETED (-2)
 
-size_t kv_block_bytes(int block_size, int n_layer, int kv_dim)
-{
-	return 2 * sizeof(pg_f16) * (size_t)block_size * n_layer * kv_dim;
-}
-
 int kv_pool_init(struct kv_pool *p, struct pg_backend *be, int64_t n_blocks, int block_size, int n_layer,
 		 int kv_dim, bool prefix_cache, char *err, size_t errlen)
 {
+	const struct pg_kv_layout l = { block_size, n_layer, kv_dim, PG_TYPE_F16, PG_TYPE_F16 };
+	return kv_pool_init_layout(p, be, n_blocks, &l, prefix_cache, err, errlen);
+}
+
+int kv_pool_init_layout(struct kv_pool *p, struct pg_backend *be, int64_t n_blocks, const struct pg_kv_layout *l,
+			bool prefix_cache, char *err, size_t errlen)
+{
 	memset(p, 0, sizeof *p);
-	if (n_blocks <= 0 || n_blocks > (INT32_MAX >> 2) || block_size <= 0 || block_size > 4096 ||
-	    n_layer <= 0 || kv_dim <= 0) {
+	if (n_blocks <= 0 || n_blocks > (INT32_MAX >> 2) || l->block_size <= 0 || l->block_size > 4096 ||
+	    l->n_layer <= 0 || l->kv_dim <= 0) {
 		snprintf(err, errlen, "kv: bad pool shape (%lld blocks of %d tokens)", (long long)n_blocks,
-			 block_size);
+			 l->block_size);
+		return -EINVAL;
+	}
+	if (!pg_kv_type_ok(l->type_k) || !pg_kv_type_ok(l->type_v) || !pg_row_size(l->type_k, (uint64_t)l->kv_dim) ||
+	    !pg_row_size(l->type_v, (uint64_t)l->kv_dim)) {
+		snprintf(err, errlen, "kv: cache types K %s, V %s do not fit rows of %d (types: " PG_KV_TYPE_NAMES ")",
+			 pg_type_name(l->type_k), pg_type_name(l->type_v), l->kv_dim);
 		return -EINVAL;
 	}
 	p->n_blocks = n_blocks;
-	p->block_size = block_size;
-	p->n_layer = n_layer;
-	p->kv_dim = kv_dim;
-	p->layer_stride = (size_t)block_size * kv_dim;
-	p->block_stride = p->layer_stride * n_layer;
+	p->block_size = l->block_size;
+	p->n_layer = l->n_layer;
+	p->kv_dim = l->kv_dim;
+	p->type_k = l->type_k;
+	p->type_v = l->type_v;
+	p->k_row = pg_row_size(l->type_k, (uint64_t)l->kv_dim);
+	p->v_row = pg_row_size(l->type_v, (uint64_t)l->kv_dim);
+	p->k_layer_stride = p->k_row * (size_t)l->block_size;
+	p->k_block_stride = p->k_layer_stride * (size_t)l->n_layer;
+	p->v_layer_stride = p->v_row * (size_t)l->block_size;
+	p->v_block_stride = p->v_layer_stride * (size_t)l->n_layer;
 	p->prefix_cache = prefix_cache;
 	p->lru_head = p->lru_tail = -1;
-	const struct pg_kv_layout layout = { block_size, n_layer, kv_dim, PG_TYPE_F16 };
-	int r = pg_backend_kv_alloc(be, &layout, n_blocks, err, errlen);
+	int r = pg_backend_kv_alloc(be, l, n_blocks, err, errlen);
 	if (r)
 		return r;
 	p->be = be;
@@ -45,8 +58,10 @@ int kv_pool_init(struct kv_pool *p, struct pg_backend *be, int64_t n_blocks, int
 	if (pg_backend_kv_host(be, &host) == 0) {
 		p->k = host.k;
 		p->v = host.v;
-		p->layer_stride = host.layer_stride;
-		p->block_stride = host.block_stride;
+		p->k_layer_stride = host.k_layer_stride;
+		p->k_block_stride = host.k_block_stride;
+		p->v_layer_stride = host.v_layer_stride;
+		p->v_block_stride = host.v_block_stride;
 	}
 	p->table_cap = 16;
 	while (p->table_cap < 2 * n_blocks)
@@ -226,9 +241,17 @@ static int grow_table(struct kv_seq *s, int need)
 	return 0;
 }
 
+/* The chain's root holds the sequence's salt and names the cache types,
+ * so a block written in one type is never found by a pool of another (the
+ * tier keeps blocks across restarts). f16/f16 keeps the root it had. */
 static struct kv_hash parent_of(const struct kv_pool *p, const struct kv_seq *s, int i)
 {
-	return i == 0 ? (struct kv_hash){ 0x70a60da, s->salt } : p->meta[s->blocks[i - 1]].hash;
+	if (i > 0)
+		return p->meta[s->blocks[i - 1]].hash;
+	const uint64_t types = p->type_k == PG_TYPE_F16 && p->type_v == PG_TYPE_F16
+				       ? 0
+				       : (uint64_t)p->type_k << 40 | (uint64_t)p->type_v << 32 | 1ull << 63;
+	return (struct kv_hash){ 0x70a60da ^ types, s->salt };
 }
 
 int kv_seq_match_prefix(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n)
@@ -338,7 +361,7 @@ void kv_drop_cache(struct kv_pool *p)
 
 size_t kv_pool_block_bytes(const struct kv_pool *p)
 {
-	return kv_block_bytes(p->block_size, p->n_layer, p->kv_dim);
+	return (p->k_row + p->v_row) * (size_t)p->block_size * (size_t)p->n_layer;
 }
 
 int kv_block_span(const struct kv_pool *p, int32_t b, struct iovec *iov, int *n)
@@ -347,9 +370,8 @@ int kv_block_span(const struct kv_pool *p, int32_t b, struct iovec *iov, int *n)
 		return -EOPNOTSUPP;
 	if (*n < 2)
 		return -ENOBUFS;
-	size_t half = p->block_stride * sizeof(pg_f16);
-	iov[0] = (struct iovec){ p->k + (size_t)b * p->block_stride, half };
-	iov[1] = (struct iovec){ p->v + (size_t)b * p->block_stride, half };
+	iov[0] = (struct iovec){ p->k + (size_t)b * p->k_block_stride, p->k_row * p->block_size * p->n_layer };
+	iov[1] = (struct iovec){ p->v + (size_t)b * p->v_block_stride, p->v_row * p->block_size * p->n_layer };
 	*n = 2;
 	return 0;
 }
@@ -358,12 +380,13 @@ int kv_pool_regions(const struct kv_pool *p, size_t max_len, struct iovec *iov, 
 {
 	if (!p->k || !p->v)
 		return -EOPNOTSUPP;
-	size_t span = p->block_stride * sizeof(pg_f16);
-	int64_t per = span && max_len >= span ? (int64_t)(max_len / span) : 0;
-	if (!per)
-		return -EINVAL;
 	int n = 0;
 	for (int half = 0; half < 2; half++) {
+		/* K and V blocks differ in size when their cache types do */
+		const size_t span = half ? p->v_block_stride : p->k_block_stride;
+		const int64_t per = span && max_len >= span ? (int64_t)(max_len / span) : 0;
+		if (!per)
+			return -EINVAL;
 		char *base = (char *)(half ? p->v : p->k);
 		for (int64_t b = 0; b < p->n_blocks; b += per) {
 			if (n == max)

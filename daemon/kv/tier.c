@@ -1143,9 +1143,12 @@ int kv_tier_open(struct kv_tier **out, const struct kv_tier_opts *o, const struc
 	t->block_size = p->block_size;
 	t->block_bytes = kv_pool_block_bytes(p);
 	t->slot_bytes = SLOT_HDR + (t->block_bytes + PAGE - 1) / PAGE * PAGE;
-	/* the model and the block's shape: another either way starts empty */
-	uint64_t shape[] = { o->fingerprint, (uint64_t)p->block_size, (uint64_t)p->n_layer, (uint64_t)p->kv_dim };
-	t->fingerprint = ((uint64_t)crc32c(0, shape, sizeof shape) << 32) ^ o->fingerprint;
+	/* the model and the block's shape and cache types: another either way
+	 * starts empty (f16/f16 hashes as it did before there were others) */
+	uint64_t shape[] = { o->fingerprint, (uint64_t)p->block_size, (uint64_t)p->n_layer, (uint64_t)p->kv_dim,
+			     (uint64_t)p->type_k << 32 | p->type_v };
+	const bool f16 = p->type_k == PG_TYPE_F16 && p->type_v == PG_TYPE_F16;
+	t->fingerprint = ((uint64_t)crc32c(0, shape, sizeof shape - (f16 ? sizeof shape[4] : 0)) << 32) ^ o->fingerprint;
 	int64_t room = o->size - (int64_t)PAGE;
 	t->n_slots = room > 0 ? room / (int64_t)t->slot_bytes : 0;
 	int r;

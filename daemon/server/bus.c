@@ -28,6 +28,7 @@ enum field {
 	F_ACCEPTED, F_FINISHED, F_FAILED, F_CANCELLED, F_RUNNING, F_WAITING, F_CLIENTS,
 	F_PROMPT, F_GEN, F_RATE, F_HIT, F_KV_TOTAL, F_KV_USED, F_KV_CACHED, F_PREEMPT,
 	F_OFF_IN, F_OFF_OUT, F_TTFT50, F_TTFT99, F_ITL50, F_ITL99,
+	F_KV_TYPE_K, F_KV_TYPE_V, F_KV_TOKENS,
 	NPROP,
 	/* Stats() only */
 	F_CACHED_PROMPT = NPROP, F_PREFILL, F_DECODE, F_STEPS, F_KV_WASTE, F_INFLIGHT,
@@ -75,6 +76,9 @@ static const struct fdef fields[NFIELD] = {
 	[F_TTFT99] = { "TTFTP99USec", 't', true },
 	[F_ITL50] = { "ITLP50USec", 't', true },
 	[F_ITL99] = { "ITLP99USec", 't', true },
+	[F_KV_TYPE_K] = { "KVCacheTypeK", 's', false },
+	[F_KV_TYPE_V] = { "KVCacheTypeV", 's', false },
+	[F_KV_TOKENS] = { "KVTokensTotal", 't', false },
 	[F_CACHED_PROMPT] = { "CachedPromptTokens", 't', false },
 	[F_PREFILL] = { "PrefillTokens", 't', false },
 	[F_DECODE] = { "DecodeTokens", 't', false },
@@ -196,6 +200,9 @@ static void snapshot_now(struct pbus *b, struct val *v)
 		v[F_DECODE].u = st.decode_tokens;
 		v[F_STEPS].u = st.steps;
 		v[F_KV_WASTE].d = st.kv_waste;
+		v[F_KV_TYPE_K].s = nz(st.kv_type_k);
+		v[F_KV_TYPE_V].s = nz(st.kv_type_v);
+		v[F_KV_TOKENS].u = (uint64_t)(st.kv_tokens_total > 0 ? st.kv_tokens_total : 0);
 		const struct engine_offload *o = &st.offload;
 		v[F_OFF_IN].u = o->bytes_in;
 		v[F_OFF_OUT].u = o->bytes_out;
@@ -472,6 +479,9 @@ static const sd_bus_vtable vtable[] = {
 	PS("TTFTP99USec", "t"),
 	PS("ITLP50USec", "t"),
 	PS("ITLP99USec", "t"),
+	SD_BUS_PROPERTY("KVCacheTypeK", "s", get_prop, 0, 0),
+	SD_BUS_PROPERTY("KVCacheTypeV", "s", get_prop, 0, 0),
+	SD_BUS_PROPERTY("KVTokensTotal", "t", get_prop, 0, 0),
 	SD_BUS_METHOD("Drain", "", "", m_drain, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD("Reload", "", "", m_reload, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD("DropPrefixCache", "", "", m_drop, SD_BUS_VTABLE_UNPRIVILEGED),

@@ -36,6 +36,9 @@ static const struct key keys[] = {
 	{ "kv-blocks", 0, K_SIZE, F(kv_blocks), false, "KV pool size in blocks (0: from kv-mem)" },
 	{ "kv-mem", 0, K_SIZE, F(kv_mem), false, "KV pool bytes, K/M/G suffixes (0: default)" },
 	{ "block-size", 0, K_INT, F(block_size), false, "tokens per KV block (0: 16)" },
+	{ "cache-type-k", 0, K_STR, F(cache_type_k), false,
+	  "KV cache type of K (-ctk): f16 (default), q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1" },
+	{ "cache-type-v", 0, K_STR, F(cache_type_v), false, "KV cache type of V (-ctv), the same types" },
 	{ "no-prefix-cache", 0, K_BOOL, F(no_prefix_cache), false, "disable prefix caching" },
 	{ "offload-dir", 0, K_STR, F(offload_dir), false, "NVMe tier: KV blocks the pool lets go of go to DIR/pagoda-kv.tier" },
 	{ "offload-size", 0, K_SIZE, F(offload_size), false, "bytes of the tier's file, K/M/G suffixes (default 1G)" },
@@ -258,6 +261,8 @@ int config_load(struct srv_config *c, int argc, char **argv, char *err, size_t e
 			k = find_key(name, eq ? (size_t)(eq - name) : strlen(name));
 			if (eq)
 				val = eq + 1;
+		} else if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv")) { /* llama.cpp's spellings */
+			k = find_key(a[3] == 'k' ? "cache-type-k" : "cache-type-v", strlen("cache-type-k"));
 		} else if (a[0] == '-' && a[1] && !a[2]) {
 			for (size_t j = 0; j < NKEYS; j++)
 				if (keys[j].shortopt == a[1])

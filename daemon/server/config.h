@@ -18,6 +18,7 @@ struct srv_config {
 	char config[4096];
 	int threads, ctx, max_seqs, max_batch_tokens, prefill_chunk, block_size;
 	int64_t kv_blocks, kv_mem;
+	char cache_type_k[16], cache_type_v[16]; /* "": f16 */
 	bool no_prefix_cache;
 	char offload_dir[4096];
 	int64_t offload_size;

@@ -133,6 +133,8 @@ static struct engine *load(struct srv_config *cfg, struct pbus *bus, const sigse
 			.kv_blocks = cfg->kv_blocks,
 			.kv_mem = cfg->kv_mem,
 			.block_size = cfg->block_size,
+			.cache_type_k = cfg->cache_type_k[0] ? cfg->cache_type_k : NULL,
+			.cache_type_v = cfg->cache_type_v[0] ? cfg->cache_type_v : NULL,
 			.no_prefix_cache = cfg->no_prefix_cache,
 			.offload_dir = cfg->offload_dir,
 			.offload_size = cfg->offload_size,
@@ -310,6 +312,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	log_msg(LOG_INFO, "model loaded: context %d", engine_n_ctx(e));
+	struct engine_stats kst;
+	engine_get_stats(e, &kst);
+	log_msg(LOG_INFO, "KV cache: K %s, V %s; %lld tokens in %lld blocks of %lld bytes", kst.kv_type_k, kst.kv_type_v,
+		(long long)kst.kv_tokens_total, (long long)kst.kv_blocks_total, (long long)kst.kv_block_bytes);
 	bus_set_engine(bus, e);
 
 	struct server *s;

@@ -69,6 +69,16 @@ extern const struct pg_attn_tiled_ops pg_attn_tiled_avx2, pg_attn_tiled_avx512;
 void pg_attn_tiled_x86(const struct pg_attn_kv *kv, const int *n_pos, int hd, float scale, const float *q,
 		       size_t ldq, int n_q, float *out, size_t ldo, float *work, const struct pg_attn_tiled_ops *ops);
 
+/* pg_attn_chunk_q's body as each ISA's unit builds it (attn_q_body.h),
+ * with the kernel table whose vec_dot it takes. */
+struct pg_kern;
+void pg_attn_chunk_q_scalar(const struct pg_kern *kn, const struct pg_attn_kvq *kv, int n_pos, int hd, float scale,
+			    const float *q, size_t ldq, int n_q, float *out, size_t ldo);
+void pg_attn_chunk_q_avx2(const struct pg_kern *kn, const struct pg_attn_kvq *kv, int n_pos, int hd, float scale,
+			  const float *q, size_t ldq, int n_q, float *out, size_t ldo);
+void pg_attn_chunk_q_avx512(const struct pg_kern *kn, const struct pg_attn_kvq *kv, int n_pos, int hd,
+			    float scale, const float *q, size_t ldq, int n_q, float *out, size_t ldo);
+
 /* Where position p's row starts. */
 static inline const pg_f16 *pg_attn_row(const pg_f16 *const *blocks, const struct pg_attn_kv *kv, int p)
 {

@@ -148,6 +148,9 @@ void pg_q8_1_from_float(const float *x, void *y, int64_t k);
 void pg_q8_K_from_float(const float *x, void *y, int64_t k);
 void pg_bf16_from_float(const float *x, void *y, int64_t k);
 void pg_f16_from_float_scalar(const float *x, void *y, int64_t k);
+/* quantize_row_iq4_nl_ref: one least-squares fit a block, no tries
+ * (what llama.cpp's cache writes; pg_quantize_row's IQ4_NL is the file's). */
+void pg_iq4_nl_row_ref(const float *x, void *y, int64_t k);
 void pg_softmax_scalar(float *x, int64_t n);
 float pg_softmax_finish(float *x, int64_t n, double sum);
 

@@ -50,19 +50,19 @@ static int cpu_create(const struct pg_backend_opts *o, struct pg_backend **out, 
 	return 0;
 }
 
-static size_t kv_bytes(const struct cpu_kv *kv)
+static size_t kv_bytes(const struct cpu_kv *kv, const struct cpu_kv_half *h)
 {
-	return kv->block_stride * sizeof(pg_f16) * (size_t)kv->n_blocks;
+	return h->block_stride * (size_t)kv->n_blocks;
 }
 
 static void cpu_destroy(struct pg_backend *b)
 {
 	struct cpu_backend *cb = cpu_of(b);
 	fwd_ctx_free(cb->fwd);
-	if (cb->kv.k)
-		munmap(cb->kv.k, kv_bytes(&cb->kv));
-	if (cb->kv.v)
-		munmap(cb->kv.v, kv_bytes(&cb->kv));
+	if (cb->kv.k.base)
+		munmap(cb->kv.k.base, kv_bytes(&cb->kv, &cb->kv.k));
+	if (cb->kv.v.base)
+		munmap(cb->kv.v.base, kv_bytes(&cb->kv, &cb->kv.v));
 	cpu_model_free(&cb->m);
 	pg_pool_destroy(cb->pool);
 	free(cb);
@@ -133,32 +133,59 @@ static int cpu_reserve(struct pg_backend *b, const struct pg_step_limits *lim, c
 	return 0;
 }
 
+/* As llama.cpp refuses it (llama_init_from_model): a head of K or V must
+ * be a whole number of the cache type's blocks. */
+static int kv_type_check(const struct cpu_backend *cb, const char *which, uint32_t type, char *err, size_t errlen)
+{
+	if (!pg_kv_type_ok(type)) {
+		snprintf(err, errlen, "cpu: %s cache type %s is not one of " PG_KV_TYPE_NAMES, which,
+			 pg_type_name(type));
+		return -EINVAL;
+	}
+	const uint32_t blck = pg_type_info(type)->blck;
+	if (cb->m.hp.head_dim % (int)blck) {
+		snprintf(err, errlen, "%s cache type %s with block size %u does not divide the head size %d", which,
+			 pg_kv_type_name(type), blck, cb->m.hp.head_dim);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int kv_half_map(struct cpu_kv_half *h, const struct pg_kv_layout *l, uint32_t type, int64_t n_blocks)
+{
+	h->type = type;
+	h->row = pg_row_size(type, (uint64_t)l->kv_dim);
+	h->layer_stride = h->row * (size_t)l->block_size;
+	h->block_stride = h->layer_stride * (size_t)l->n_layer;
+	/* Anonymous mappings: pages cost memory only once a block is used. */
+	void *p = mmap(NULL, h->block_stride * (size_t)n_blocks, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	h->base = p == MAP_FAILED ? NULL : p;
+	return h->base ? 0 : -ENOMEM;
+}
+
 static int cpu_kv_alloc(struct pg_backend *b, const struct pg_kv_layout *l, int64_t n_blocks, char *err,
 			size_t errlen)
 {
 	struct cpu_backend *cb = cpu_of(b);
-	if (cb->kv.k) {
+	if (cb->kv.k.base) {
 		snprintf(err, errlen, "cpu: KV pool already allocated");
 		return -EBUSY;
 	}
-	if (n_blocks <= 0 || l->block_size <= 0 || l->n_layer <= 0 || l->kv_dim <= 0 || l->type != PG_TYPE_F16) {
-		snprintf(err, errlen, "cpu: bad KV pool shape (%lld blocks of %d tokens, %s)", (long long)n_blocks,
-			 l->block_size, pg_type_name(l->type));
+	if (n_blocks <= 0 || l->block_size <= 0 || l->n_layer <= 0 || l->kv_dim <= 0) {
+		snprintf(err, errlen, "cpu: bad KV pool shape (%lld blocks of %d tokens)", (long long)n_blocks,
+			 l->block_size);
 		return -EINVAL;
 	}
+	int r;
+	if ((r = kv_type_check(cb, "K", l->type_k, err, errlen)) || (r = kv_type_check(cb, "V", l->type_v, err, errlen)))
+		return r;
 	struct cpu_kv kv = { .layout = *l, .n_blocks = n_blocks };
-	kv.layer_stride = (size_t)l->block_size * l->kv_dim;
-	kv.block_stride = kv.layer_stride * l->n_layer;
-	const size_t bytes = kv_bytes(&kv);
-	/* Anonymous mappings: pages cost memory only once a block is used. */
-	kv.k = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	kv.v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (kv.k == MAP_FAILED || kv.v == MAP_FAILED) {
-		if (kv.k != MAP_FAILED)
-			munmap(kv.k, bytes);
-		if (kv.v != MAP_FAILED)
-			munmap(kv.v, bytes);
-		snprintf(err, errlen, "kv: cannot allocate %zu bytes for %lld blocks", 2 * bytes, (long long)n_blocks);
+	if (kv_half_map(&kv.k, l, l->type_k, n_blocks) || kv_half_map(&kv.v, l, l->type_v, n_blocks)) {
+		if (kv.k.base)
+			munmap(kv.k.base, kv_bytes(&kv, &kv.k));
+		snprintf(err, errlen, "kv: cannot allocate %zu bytes for %lld blocks", pg_kv_block_bytes(l) * n_blocks,
+			 (long long)n_blocks);
 		return -ENOMEM;
 	}
 	cb->kv = kv;
@@ -168,9 +195,10 @@ static int cpu_kv_alloc(struct pg_backend *b, const struct pg_kv_layout *l, int6
 static int cpu_kv_host(struct pg_backend *b, struct pg_kv_host *out)
 {
 	const struct cpu_kv *kv = &cpu_of(b)->kv;
-	if (!kv->k)
+	if (!kv->k.base)
 		return -EINVAL;
-	*out = (struct pg_kv_host){ kv->k, kv->v, kv->layer_stride, kv->block_stride };
+	*out = (struct pg_kv_host){ kv->k.base, kv->v.base, kv->k.layer_stride, kv->k.block_stride,
+				    kv->v.layer_stride, kv->v.block_stride };
 	return 0;
 }
 
@@ -179,29 +207,28 @@ static int cpu_kv_host(struct pg_backend *b, struct pg_kv_host *out)
 static int cpu_kv_copy_out(struct pg_backend *b, int32_t block, void *dst)
 {
 	const struct cpu_kv *kv = &cpu_of(b)->kv;
-	if (!kv->k || block < 0 || block >= kv->n_blocks)
+	if (!kv->k.base || block < 0 || block >= kv->n_blocks)
 		return -EINVAL;
-	const size_t n = kv->block_stride * sizeof(pg_f16);
-	memcpy(dst, kv->k + (size_t)block * kv->block_stride, n);
-	memcpy((char *)dst + n, kv->v + (size_t)block * kv->block_stride, n);
+	memcpy(dst, kv->k.base + (size_t)block * kv->k.block_stride, kv->k.block_stride);
+	memcpy((char *)dst + kv->k.block_stride, kv->v.base + (size_t)block * kv->v.block_stride, kv->v.block_stride);
 	return 0;
 }
 
 static int cpu_kv_copy_in(struct pg_backend *b, int32_t block, const void *src)
 {
 	const struct cpu_kv *kv = &cpu_of(b)->kv;
-	if (!kv->k || block < 0 || block >= kv->n_blocks)
+	if (!kv->k.base || block < 0 || block >= kv->n_blocks)
 		return -EINVAL;
-	const size_t n = kv->block_stride * sizeof(pg_f16);
-	memcpy(kv->k + (size_t)block * kv->block_stride, src, n);
-	memcpy(kv->v + (size_t)block * kv->block_stride, (const char *)src + n, n);
+	memcpy(kv->k.base + (size_t)block * kv->k.block_stride, src, kv->k.block_stride);
+	memcpy(kv->v.base + (size_t)block * kv->v.block_stride, (const char *)src + kv->k.block_stride,
+	       kv->v.block_stride);
 	return 0;
 }
 
 static int cpu_step(struct pg_backend *b, const struct pg_batch *batch)
 {
 	struct cpu_backend *cb = cpu_of(b);
-	if (!cb->fwd || !cb->kv.k) {
+	if (!cb->fwd || !cb->kv.k.base) {
 		snprintf(cb->err, sizeof cb->err, "cpu: step before reserve and kv_alloc");
 		return -EINVAL;
 	}

@@ -45,12 +45,18 @@ struct cpu_model {
 	size_t weights_size;
 };
 
-/* The KV pool's bytes: see struct pg_kv_host. */
+/* One half of the KV pool (K or V): rows of type, row bytes each, in
+ * blocks of n_layer * block_size rows (see struct pg_kv_host). */
+struct cpu_kv_half {
+	uint8_t *base;
+	uint32_t type;
+	size_t row, layer_stride, block_stride; /* bytes */
+};
+
 struct cpu_kv {
 	struct pg_kv_layout layout;
 	int64_t n_blocks;
-	pg_f16 *k, *v;
-	size_t layer_stride, block_stride; /* elements */
+	struct cpu_kv_half k, v;
 };
 
 struct cpu_backend {

@@ -4,8 +4,9 @@
  * tokens, whichever sequences they belong to.
  *
  * Precision follows llama.cpp's CPU path where it rounds: K and V are kept
- * in f16 and attention runs as ggml's flash attention does, on the path
- * llama.cpp would pick (see attention_layer). Matching those points is
+ * in the cache's types (f16 unless -ctk/-ctv say otherwise) and attention
+ * runs as ggml's flash attention does, on the path llama.cpp would pick
+ * (see attn_tiled). Matching those points is
  * what lets greedy decoding agree with llama.cpp token for token.
  */
 #include "kernels/cpu/cpu_backend.h"
@@ -59,6 +60,7 @@ struct attn_scratch {
 	float *q, *out, *work; /* TILE_Q x group rows of head_dim; kernel work */
 	int *n_pos;            /* TILE_Q x group */
 	const pg_f16 **blk;    /* blk_cap K block pointers, then blk_cap V */
+	const uint8_t **blkq;  /* the same, for a quantized cache */
 };
 
 static void *xalloc(size_t n)
@@ -177,6 +179,7 @@ void fwd_ctx_free(struct fwd_ctx *c)
 		free(c->scr[i].work);
 		free(c->scr[i].n_pos);
 		free(c->scr[i].blk);
+		free(c->scr[i].blkq);
 	}
 	free(c->scr);
 	free(c->tasks);
@@ -288,19 +291,42 @@ static void rope(const struct cpu_model *m, float *x, int n_heads, const float *
 	}
 }
 
-/* The K (or V, from base) rows of a sequence's i-th block at one layer:
- * position i * block_size + j starts kv_dim * j elements further. */
-static inline pg_f16 *kv_block(const struct cpu_kv *kv, pg_f16 *base, const struct pg_block_table *s, int layer,
-			       int i)
+/* The K (or V) rows of a sequence's i-th block at one layer: position
+ * i * block_size + j starts h->row * j bytes further. */
+static inline uint8_t *kv_block(const struct cpu_kv_half *h, const struct pg_block_table *s, int layer, int i)
 {
-	return base + (size_t)s->blocks[i] * kv->block_stride + (size_t)layer * kv->layer_stride;
+	return h->base + (size_t)s->blocks[i] * h->block_stride + (size_t)layer * h->layer_stride;
 }
 
-static inline pg_f16 *kv_row(const struct cpu_kv *kv, pg_f16 *base, const struct pg_block_table *s, int layer,
-			     int pos)
+static inline uint8_t *kv_row(const struct cpu_kv *kv, const struct cpu_kv_half *h, const struct pg_block_table *s,
+			      int layer, int pos)
 {
 	const int bs = kv->layout.block_size;
-	return kv_block(kv, base, s, layer, pos / bs) + (size_t)(pos % bs) * kv->layout.kv_dim;
+	return kv_block(h, s, layer, pos / bs) + (size_t)(pos % bs) * h->row;
+}
+
+static bool kv_quantized(const struct cpu_kv *kv)
+{
+	return kv->k.type != PG_TYPE_F16 || kv->v.type != PG_TYPE_F16;
+}
+
+/* llama.cpp rotates what a quantized cache holds by a Hadamard transform
+ * (llama_kv_cache: attn_rot_k, attn_rot_v; heads a multiple of 64): Q and
+ * K in chunks of the largest power of two dividing the head, V and the
+ * attention output in chunks of 64, which undoes V's. 0: no rotation. */
+static int kv_rot_k(const struct cpu_kv *kv, int hd)
+{
+	if (kv->k.type == PG_TYPE_F16 || hd % 64)
+		return 0;
+	int n = 64;
+	while (hd % (2 * n) == 0)
+		n *= 2;
+	return n;
+}
+
+static int kv_rot_v(const struct cpu_kv *kv, int hd)
+{
+	return kv->v.type == PG_TYPE_F16 || hd % 64 ? 0 : 64;
 }
 
 struct attn_job {
@@ -320,10 +346,27 @@ static void attn_kv_of(const struct attn_job *j, struct attn_scratch *sc, const 
 	const int hd = j->m->hp.head_dim, nb = (n_pos + bs - 1) / bs;
 	const pg_f16 **kb = sc->blk, **vb = sc->blk + j->c->blk_cap;
 	for (int i = 0; i < nb; i++) {
-		kb[i] = kv_block(j->kv, j->kv->k, s, j->layer, i) + (size_t)kvh * hd;
-		vb[i] = kv_block(j->kv, j->kv->v, s, j->layer, i) + (size_t)kvh * hd;
+		kb[i] = (const pg_f16 *)kv_block(&j->kv->k, s, j->layer, i) + (size_t)kvh * hd;
+		vb[i] = (const pg_f16 *)kv_block(&j->kv->v, s, j->layer, i) + (size_t)kvh * hd;
 	}
 	*out = (struct pg_attn_kv){ kb, vb, bs, (size_t)j->kv->layout.kv_dim };
+}
+
+/* The same for a quantized cache: a head's row is a whole number of the
+ * type's blocks (kv_alloc checks), so it starts kvh row bytes of a head in. */
+static void attn_kvq_of(const struct attn_job *j, struct attn_scratch *sc, const struct pg_block_table *s, int kvh,
+			int n_pos, struct pg_attn_kvq *out)
+{
+	const struct cpu_kv *kv = j->kv;
+	const int bs = kv->layout.block_size;
+	const int hd = j->m->hp.head_dim, nb = (n_pos + bs - 1) / bs;
+	const size_t kh = pg_row_size(kv->k.type, (uint64_t)hd), vh = pg_row_size(kv->v.type, (uint64_t)hd);
+	const uint8_t **kb = sc->blkq, **vb = sc->blkq + j->c->blk_cap;
+	for (int i = 0; i < nb; i++) {
+		kb[i] = kv_block(&kv->k, s, j->layer, i) + (size_t)kvh * kh;
+		vb[i] = kv_block(&kv->v, s, j->layer, i) + (size_t)kvh * vh;
+	}
+	*out = (struct pg_attn_kvq){ kb, vb, kv->k.type, kv->v.type, bs, kv->k.row, kv->v.row };
 }
 
 static void attn_run(const struct attn_job *j, const struct attn_task *tk, struct attn_scratch *sc)
@@ -338,9 +381,16 @@ static void attn_run(const struct attn_job *j, const struct attn_task *tk, struc
 	for (int i = 0; i < tk->n_tok; i++)
 		if (b->pos[toks[i]] + 1 > max_pos)
 			max_pos = b->pos[toks[i]] + 1;
+	const size_t head0 = (size_t)tk->kvh * group * hd;
+	if (kv_quantized(j->kv)) { /* the one-chunk path alone (attn_plan) */
+		struct pg_attn_kvq kvq;
+		attn_kvq_of(j, sc, s, tk->kvh, max_pos, &kvq);
+		const size_t off = (size_t)toks[0] * q_dim + head0;
+		pg_attn_chunk_q(&kvq, max_pos, hd, scale, j->c->q + off, hd, group, j->c->att + off, hd);
+		return;
+	}
 	struct pg_attn_kv kv;
 	attn_kv_of(j, sc, s, tk->kvh, max_pos, &kv);
-	const size_t head0 = (size_t)tk->kvh * group * hd;
 	if (!tk->tiled) {
 		const size_t off = (size_t)toks[0] * q_dim + head0;
 		pg_attn_chunk(&kv, max_pos, hd, scale, j->c->q + off, hd, group, j->c->att + off, hd);
@@ -367,7 +417,8 @@ static void attn_worker(void *arg, int ith, int nth)
 }
 
 /* Which path llama.cpp takes is decided per ubatch: TILE_Q query tokens or
- * more run tiled, fewer one chunk. b->ubatch says, per token, how large
+ * more run tiled, fewer one chunk; on a cache that is not f16 for both K
+ * and V, every ubatch runs one chunk. b->ubatch says, per token, how large
  * llama.cpp's ubatch is when it computes that token for the request alone
  * (the engine knows the prompt length); the rule is applied per token, so
  * a result never depends on how the engine split the prompt or what else
@@ -381,7 +432,8 @@ static bool attn_tiled(const struct pg_batch *b, int t, bool tiled_ok)
  * tiled run in tiles of TILE_Q tokens, a one-chunk token alone, each for
  * every KV head. Returns the number of tasks, the tiled ones (the larger)
  * first, the latest tokens (the longest rows) first among them. */
-static int attn_plan(const struct cpu_model *m, struct fwd_ctx *c, const struct pg_batch *b)
+static int attn_plan(const struct cpu_model *m, struct fwd_ctx *c, const struct cpu_kv *kv,
+		     const struct pg_batch *b)
 {
 	const int n_kv = m->hp.n_head_kv;
 	int n_seq = 0;
@@ -398,7 +450,7 @@ static int attn_plan(const struct cpu_model *m, struct fwd_ctx *c, const struct 
 	for (int i = n_seq; i > 0; i--)
 		c->seq_start[i] = c->seq_start[i - 1];
 	c->seq_start[0] = 0;
-	const bool tiled_ok = pg_attn_tiled_ok(m->hp.head_dim);
+	const bool tiled_ok = pg_attn_tiled_ok(m->hp.head_dim) && !kv_quantized(kv);
 	int n = 0;
 	for (int pass = 0; pass < 2; pass++)
 		for (int sq = 0; sq < n_seq; sq++) {
@@ -492,9 +544,13 @@ static int attn_reserve(struct fwd_ctx *c, const struct cpu_kv *kv)
 		return 0;
 	for (int i = 0; i < c->n_threads; i++) {
 		const pg_f16 **p = realloc(c->scr[i].blk, 2 * (size_t)need * sizeof *p);
-		if (!p)
+		if (p)
+			c->scr[i].blk = p;
+		const uint8_t **pq = realloc(c->scr[i].blkq, 2 * (size_t)need * sizeof *pq);
+		if (pq)
+			c->scr[i].blkq = pq;
+		if (!p || !pq)
 			return -ENOMEM;
-		c->scr[i].blk = p;
 	}
 	c->blk_cap = need;
 	return 0;
@@ -565,9 +621,29 @@ static void rope_kv_worker(void *a, int ith, int nth)
 		const float *cs = j->c->rope_cs + (size_t)t * hp->rope_dim;
 		rope(j->m, q, hp->n_head, cs);
 		rope(j->m, k, hp->n_head_kv, cs);
-		pg_f32_to_f16_row(k, kv_row(j->kv, j->kv->k, s, j->l, j->b->pos[t]), kv_dim);
-		pg_f32_to_f16_row(j->c->v + (size_t)t * kv_dim, kv_row(j->kv, j->kv->v, s, j->l, j->b->pos[t]), kv_dim);
+		const int rk = kv_rot_k(j->kv, hp->head_dim), rv = kv_rot_v(j->kv, hp->head_dim);
+		if (rk) {
+			pg_kv_rotate(q, q_dim, rk);
+			pg_kv_rotate(k, kv_dim, rk);
+		}
+		if (rv)
+			pg_kv_rotate(j->c->v + (size_t)t * kv_dim, kv_dim, rv);
+		pg_kv_store_row(j->kv->k.type, k, kv_row(j->kv, &j->kv->k, s, j->l, j->b->pos[t]), kv_dim);
+		pg_kv_store_row(j->kv->v.type, j->c->v + (size_t)t * kv_dim, kv_row(j->kv, &j->kv->v, s, j->l, j->b->pos[t]),
+				kv_dim);
 	}
+}
+
+/* The attention output back from V's rotation (kv_rot_v), per token. */
+static void unrotate_worker(void *a, int ith, int nth)
+{
+	const struct tok_job *j = a;
+	const struct pg_hparams *hp = &j->m->hp;
+	const int q_dim = hp->n_head * hp->head_dim, rv = kv_rot_v(j->kv, hp->head_dim);
+	int t0, t1;
+	tok_span(j, ith, nth, &t0, &t1);
+	for (int t = t0; t < t1; t++)
+		pg_kv_rotate(j->c->att + (size_t)t * q_dim, q_dim, rv);
 }
 
 /* per row, as ggml_vec_swiglu_f32: where n_ff is not a multiple of the
@@ -604,6 +680,8 @@ static void attention_layer(const struct cpu_model *m, struct fwd_ctx *c, const 
 	for (int t = 0; t < n; t++)
 		work += (double)(b->pos[t] + 1) * q_dim * 2;
 	pg_pool_run(pool_for(c, work), attn_worker, &job);
+	if (kv_rot_v(kv, hp->head_dim))
+		for_tokens(c, n, q_dim, unrotate_worker, &tj);
 	matmul(c, &ly->wo, c->att, n, c->xn, &c->all);
 	residual_norm(m, c, n, true, ly->ffn_norm);
 }
@@ -649,7 +727,7 @@ int cpu_forward(const struct cpu_model *m, struct fwd_ctx *c, const struct cpu_k
 		return -ENOMEM;
 	for (int t = 0; t < b->n_tokens; t++)
 		rope_table(m, b->pos[t], c->rope_cs + (size_t)t * hp->rope_dim);
-	const int n_tasks = attn_plan(m, c, b);
+	const int n_tasks = attn_plan(m, c, kv, b);
 	plan_order(c, b);
 	residual_norm(m, c, b->n_tokens, false, m->layers[0].attn_norm);
 	for (int l = 0; l < hp->n_layer; l++) {

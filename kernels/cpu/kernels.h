@@ -142,4 +142,34 @@ size_t pg_attn_tiled_work(int hd, int n_q);
  * for this head size (DV a whole number of its f32 vectors). */
 bool pg_attn_tiled_ok(int hd);
 
+/* ---- a quantized KV cache ------------------------------------------------ */
+/* One K or V row of n elements as llama.cpp writes it into a cache of
+ * type (a pg_kv_type_ok type; n a whole number of its blocks). */
+void pg_kv_store_row(uint32_t type, const float *x, void *dst, int64_t n);
+/* x[0, len) in chunks of n (a power of two), each replaced by its
+ * normalized Walsh-Hadamard transform as ggml's CPU backend computes
+ * llama.cpp's Hadamard rotation (ggml_compute_forward_fwht): times
+ * 1/sqrtf(n), then butterflies u + v, u - v of span 1, 2, ... n/2. Its
+ * own inverse up to rounding. The same bits on every ISA. */
+void pg_kv_rotate(float *x, int64_t len, int n);
+/* One KV head of one sequence in a cache of any pg_kv_type_ok types:
+ * position p's K row starts at k[p / block_size] + (p % block_size) *
+ * k_stride bytes, likewise V. */
+struct pg_attn_kvq {
+	const uint8_t *const *k, *const *v;
+	uint32_t type_k, type_v;
+	int block_size;
+	size_t k_stride, v_stride; /* bytes between two positions of a block */
+};
+/* ggml_compute_forward_flash_attn_ext_f16_one_chunk when K or V is not f16,
+ * which llama.cpp then runs for every ubatch (its tiled path takes f16
+ * alone): each query row converted to K's vec-dot type (Q8_0 for Q8_0,
+ * Q4_0, Q5_0, IQ4_NL; Q8_1 for Q4_1, Q5_1; f16 for F16), one vec_dot per
+ * position, online softmax with libm expf; an f16 V summed in f16 as
+ * pg_attn_chunk does, a quantized one dequantized to f32 and summed in
+ * f32, one FMA an element. The same bits on every ISA. hd <=
+ * PG_ATTN_MAX_HD (attn.h, 512), a whole number of each type's blocks. */
+void pg_attn_chunk_q(const struct pg_attn_kvq *kv, int n_pos, int hd, float scale, const float *q, size_t ldq,
+		     int n_q, float *out, size_t ldo);
+
 #endif

@@ -652,6 +652,38 @@ static void quant_iq4_nl(const float *x, block_iq4_nl *y, int64_t nb)
 	}
 }
 
+void pg_iq4_nl_row_ref(const float *x, void *vy, int64_t k)
+{
+	block_iq4_nl *y = vy;
+	uint8_t L[32];
+	for (int64_t i = 0; i < k / 32; i++, x += 32) {
+		float amax = 0, max = 0;
+		for (int j = 0; j < 32; j++)
+			if (fabsf(x[j]) > amax) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		if (amax < GROUP_MAX_EPS) {
+			y[i].d = pg_f32_to_f16(0.f);
+			memset(y[i].qs, 0, sizeof y[i].qs);
+			continue;
+		}
+		/* ntry -1: the start scale's sign is the other way round, and
+		 * the levels of the first fit are kept */
+		const float id = 1 / (max / pg_iq4nl_values[0]);
+		float sumqx = 0, sumq2 = 0;
+		for (int j = 0; j < 32; j++) {
+			const int l = best_index_int8(16, pg_iq4nl_values, id * x[j]);
+			L[j] = (uint8_t)l;
+			const float q = pg_iq4nl_values[l], w = x[j] * x[j];
+			sumqx += w * q * x[j];
+			sumq2 += w * q * q;
+		}
+		y[i].d = pg_f32_to_f16(sumq2 > 0 ? sumqx / sumq2 : 0.f);
+		iq4_pack(L, y[i].qs);
+	}
+}
+
 /* quantize_iq4_xs: the eight group scales rounded to 6 bits of the
  * super-block's d, and the levels redone against the rounded scales. */
 static void quant_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb)

@@ -127,7 +127,12 @@ static int cu_kv_alloc(struct pg_backend *pb, const struct pg_kv_layout *l, int6
 		cu_errf(err, errlen, "cuda: kv_alloc comes once, after the weights");
 		return -EINVAL;
 	}
-	if (l->type != PG_TYPE_F16 || l->n_layer != b->hp.n_layer ||
+	if (l->type_k != PG_TYPE_F16 || l->type_v != PG_TYPE_F16) {
+		cu_errf(err, errlen, "cuda: the KV cache is f16 only here (asked for K %s, V %s): use the cpu backend "
+				     "for a quantized cache", pg_kv_type_name(l->type_k), pg_kv_type_name(l->type_v));
+		return -EINVAL;
+	}
+	if (l->n_layer != b->hp.n_layer ||
 	    l->kv_dim != b->hp.n_head_kv * b->hp.head_dim || l->block_size <= 0 || n_blocks <= 0) {
 		cu_errf(err, errlen, "cuda: KV layout does not match the model (%d layers, kv_dim %d, f16)", b->hp.n_layer,
 		     b->hp.n_head_kv * b->hp.head_dim);

@@ -45,7 +45,7 @@ done
 [ -n "${PAGODA_SHOW:-}" ] && cat "$D/human" >&2
 for want in "pagodad: serving" "on the session bus" "model     llama (llama" "F32" "context 2048" \
 	"backend   cpu (" "2 accepted, 2 finished, 0 failed, 0 cancelled" "24 generated" "prefix hits" \
-	"KV blocks" "first token p50" "between tokens p50"; do
+	"KV blocks" "kv        K f16, V f16; the pool holds" "first token p50" "between tokens p50"; do
 	grep -qF "$want" "$D/human" && ok || bad "status lacks '$want'"
 done
 "$B/pagoda" status --session --json >"$D/json" && ok || bad "status --json"
@@ -61,6 +61,8 @@ assert j["ContextLength"] == 2048 and j["ParameterCount"] > 0
 assert j["Backend"].startswith("cpu (")
 assert 0 <= j["PrefixCacheHitRate"] <= 1
 assert j["KVBlocksTotal"] > 0 and j["TTFTP50USec"] > 0 and j["UptimeUSec"] > 0
+assert j["KVCacheTypeK"] == "f16" and j["KVCacheTypeV"] == "f16", j
+assert j["KVTokensTotal"] == 16 * j["KVBlocksTotal"], j
 for k in ("RequestsFailed", "RequestsCancelled", "PromptTokens", "KVBlocksUsed", "KVBlocksCached",
           "Preemptions", "OffloadBytesIn", "OffloadBytesOut", "TTFTP99USec", "ITLP50USec", "ITLP99USec",
           "ModelName", "TokensPerSecond", "RequestsRunning", "RequestsWaiting", "Clients", "LoadProgress"):

@@ -4,7 +4,8 @@
 #   1. every kernel against the CPU reference (build/tests/gpu/test_cuda);
 #   2. greedy ids equal the CPU's: 64 tokens on every synth-kq model, 32 on
 #      each stories260K file; and graph replay equal to eager launches;
-#   3. perplexity on story.txt within 0.5% of the CPU's;
+#   3. a quantized KV cache (-ctk q8_0) refused, saying so; perplexity on
+#      story.txt within 0.5% of the CPU's;
 #   4. 32 concurrent requests through pagodad --backend cuda equal their
 #      solo runs; a client killed mid-stream harms nobody;
 #   5. with GPU_BENCH=1: the BENCHMARKS figures (decode tok/s and its share
@@ -73,6 +74,16 @@ for f in "$T"/models/synth-kq-*.gguf "$T"/models/stories260K*.gguf; do
 	if [ -n "$got" ] && [ "$eager" = "$got" ]; then ok "$name: graphs and eager launches agree"
 	else bad "$name: PAGODA_CUDA_GRAPHS=0 gives '$eager'"; fi
 done
+
+section "a quantized KV cache: refused on cuda, saying so (the cpu backend has it)"
+if [ -e "$T/models/synth-kq-Q8_0.gguf" ]; then
+	out=$("$B/pagoda" run -m "$T/models/synth-kq-Q8_0.gguf" -p "$P" -n 4 --backend cuda -ctk q8_0 -ctv q8_0 2>&1)
+	case "$?:$out" in
+	0:*) bad "-ctk q8_0 -ctv q8_0 on cuda was not refused" ;;
+	*"the KV cache is f16 only here"*) ok "-ctk q8_0 -ctv q8_0 refused on cuda" ;;
+	*) bad "-ctk q8_0 on cuda: unclear error: $out" ;;
+	esac
+fi
 
 section "perplexity on story.txt (within 0.5% of the CPU)"
 for f in "$T"/models/stories260K*.gguf; do

@@ -11,8 +11,11 @@
  * goes to that file. Built and run by tests/make-testdata.sh. With --ids,
  * PROMPT is the prompt's token ids (space separated), taken as they are: a
  * chat prompt as llama.cpp tokenized it (tests/e2e/make-smollm2-golden.py).
+ * With -ctk/-ctv, the KV cache takes those types (llama.cpp's names) and
+ * flash attention is on, as `llama-completion -fa on -ctk T -ctv T` runs
+ * (tests/peer/make-kvq-golden.sh).
  *
- *   greedy [--ids] MODEL PROMPT N [TEXT_OUT]
+ *   greedy [--ids] [-ctk TYPE] [-ctv TYPE] MODEL PROMPT N [TEXT_OUT]
  */
 #include "llama.h"
 
@@ -72,13 +75,47 @@ static int parse_ids(const char *s, llama_token *ids, int n_vocab)
 	}
 }
 
+static const struct {
+	const char *name;
+	enum ggml_type type;
+} cache_types[] = {
+	{ "f16", GGML_TYPE_F16 },   { "q8_0", GGML_TYPE_Q8_0 }, { "q4_0", GGML_TYPE_Q4_0 },
+	{ "q4_1", GGML_TYPE_Q4_1 }, { "iq4_nl", GGML_TYPE_IQ4_NL }, { "q5_0", GGML_TYPE_Q5_0 },
+	{ "q5_1", GGML_TYPE_Q5_1 },
+};
+
+static int cache_type(const char *name, enum ggml_type *out)
+{
+	for (size_t i = 0; i < sizeof cache_types / sizeof cache_types[0]; i++)
+		if (!strcmp(name, cache_types[i].name)) {
+			*out = cache_types[i].type;
+			return 0;
+		}
+	fprintf(stderr, "greedy: unknown cache type %s\n", name);
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
-	int given_ids = argc > 1 && !strcmp(argv[1], "--ids");
-	argc -= given_ids;
-	argv += given_ids;
+	int given_ids = 0, typed = 0;
+	enum ggml_type tk = GGML_TYPE_F16, tv = GGML_TYPE_F16;
+	while (argc > 1 && argv[1][0] == '-') {
+		if (!strcmp(argv[1], "--ids")) {
+			given_ids = 1;
+		} else if (argc > 2 && (!strcmp(argv[1], "-ctk") || !strcmp(argv[1], "-ctv"))) {
+			if (cache_type(argv[2], argv[1][3] == 'k' ? &tk : &tv))
+				return 2;
+			typed = 1;
+			argc--;
+			argv++;
+		} else {
+			break;
+		}
+		argc--;
+		argv++;
+	}
 	if (argc < 4) {
-		fprintf(stderr, "usage: greedy [--ids] MODEL PROMPT N [TEXT_OUT]\n");
+		fprintf(stderr, "usage: greedy [--ids] [-ctk TYPE] [-ctv TYPE] MODEL PROMPT N [TEXT_OUT]\n");
 		return 2;
 	}
 	const char *prompt = argv[2];
@@ -108,6 +145,11 @@ int main(int argc, char **argv)
 	cp.n_ctx = (uint32_t)(np + n_predict + 16);
 	cp.n_batch = cp.n_ctx;
 	cp.n_threads = cp.n_threads_batch = 2;
+	if (typed) {
+		cp.type_k = tk;
+		cp.type_v = tv;
+		cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+	}
 	struct llama_context *ctx = llama_init_from_model(model, cp);
 	struct llama_sampler *smpl = llama_sampler_chain_init(llama_sampler_chain_default_params());
 	llama_sampler_chain_add(smpl, llama_sampler_init_greedy());

@@ -14,6 +14,7 @@
 #include "tests/unit/testdata.h"
 
 #include <check.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -669,6 +670,113 @@ START_TEST(test_errors_and_cancel)
 }
 END_TEST
 
+/* ---- a quantized KV cache (synth-kq: head size 64) ---------------------------- */
+
+static struct engine *make_file(const char *model, struct engine_opts o)
+{
+	char path[4096], err[512];
+	if (testdata_path(path, sizeof path, model) != 0)
+		return NULL;
+	o.model_path = path;
+	o.threads = 2;
+	struct engine *e;
+	ck_assert_msg(engine_create(&o, &e, err, sizeof err) == 0, "%s", err);
+	return e;
+}
+
+/* The same --kv-mem holds 1.88x the tokens of f16 in q8_0 (34 bytes a 32
+ * elements against 64) and 3.56x in q4_0 (18); the issue asks 1.8 and 3.2. */
+START_TEST(test_kvq_capacity)
+{
+	const char *names[] = { NULL, "q8_0", "q4_0", "q8_0" };
+	const char *vnames[] = { NULL, "q8_0", "q4_0", "f16" };
+	int64_t tokens[4];
+	for (int i = 0; i < 4; i++) {
+		struct engine *e = make_file("models/synth-kq-Q8_0.gguf",
+					     (struct engine_opts){ .kv_mem = 64ll << 20, .n_ctx = 256, .cache_type_k = names[i],
+								   .cache_type_v = vnames[i] });
+		if (!e)
+			return;
+		struct engine_stats st;
+		engine_get_stats(e, &st);
+		ck_assert_str_eq(st.kv_type_k, names[i] ? names[i] : "f16");
+		ck_assert_str_eq(st.kv_type_v, vnames[i] ? vnames[i] : "f16");
+		ck_assert_int_eq(st.kv_tokens_total, st.kv_blocks_total * 16);
+		ck_assert_int_le(st.kv_blocks_total * st.kv_block_bytes, 64ll << 20);
+		tokens[i] = st.kv_tokens_total;
+		engine_destroy(e);
+	}
+	ck_assert_msg(tokens[1] * 10 >= tokens[0] * 18, "q8_0: %lld tokens, f16 %lld", (long long)tokens[1],
+		      (long long)tokens[0]);
+	ck_assert_msg(tokens[2] * 10 >= tokens[0] * 32, "q4_0: %lld tokens, f16 %lld", (long long)tokens[2],
+		      (long long)tokens[0]);
+	ck_assert(tokens[3] > tokens[0] && tokens[3] < tokens[1]);
+}
+END_TEST
+
+/* 32 requests at once on a pool far too small for them (preemption,
+ * recompute) give what each gives alone, on q8_0 and on q4_0 caches. */
+START_TEST(test_kvq_preemption_equals_solo)
+{
+	const char *type = _i ? "q4_0" : "q8_0";
+	static struct out alone[N_REQ], out[N_REQ];
+	static struct engine_req r[N_REQ];
+	const struct engine_opts base = { .cache_type_k = type, .cache_type_v = type, .n_ctx = 256 };
+	struct engine_opts o = base;
+	o.no_prefix_cache = true;
+	struct engine *e = make_file("models/synth-kq-Q8_0.gguf", o);
+	if (!e)
+		return;
+	make_workload(tok_n_vocab(engine_tokenizer(e)));
+	for (int i = 0; i < N_REQ; i++) {
+		init_req(&r[i], &alone[i], i, prompts[i], plen[i], pmax[i]);
+		ck_assert_int_eq(engine_submit(e, &r[i]), 0);
+		drain(e);
+		ck_assert(alone[i].done);
+	}
+	engine_destroy(e);
+	o = base;
+	o.max_seqs = 32;
+	o.kv_blocks = 24;
+	e = make_file("models/synth-kq-Q8_0.gguf", o);
+	for (int i = 0; i < N_REQ; i++) {
+		init_req(&r[i], &out[i], i, prompts[i], plen[i], pmax[i]);
+		ck_assert_int_eq(engine_submit(e, &r[i]), 0);
+	}
+	drain(e);
+	for (int i = 0; i < N_REQ; i++) {
+		ck_assert(out[i].done);
+		ck_assert_int_eq(out[i].why, alone[i].why);
+		ck_assert_int_eq(out[i].n, alone[i].n);
+		ck_assert_msg(!memcmp(out[i].ids, alone[i].ids, out[i].n * sizeof(int32_t)),
+			      "%s: request %d differs from its solo run", type, i);
+	}
+	struct engine_stats st;
+	engine_get_stats(e, &st);
+	ck_assert_uint_gt(st.preemptions, 0);
+	ck_assert_str_eq(st.kv_type_k, type);
+	engine_destroy(e);
+}
+END_TEST
+
+/* llama.cpp refuses a cache type whose block does not divide the head
+ * size; so does the engine, saying which (stories260K: head size 8). */
+START_TEST(test_kvq_head_size_refused)
+{
+	char path[4096], err[512];
+	if (!model_path(path, sizeof path))
+		return;
+	struct engine *e = NULL;
+	struct engine_opts o = { .model_path = path, .threads = 1, .cache_type_v = "q5_1" };
+	ck_assert_int_eq(engine_create(&o, &e, err, sizeof err), -EINVAL);
+	ck_assert_ptr_null(e);
+	ck_assert_msg(strstr(err, "V cache type q5_1 with block size 32 does not divide the head size 8"), "%s", err);
+	o.cache_type_v = "q8";
+	ck_assert_int_eq(engine_create(&o, &e, err, sizeof err), -EINVAL);
+	ck_assert_msg(strstr(err, "unknown V cache type 'q8'"), "%s", err);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("engine");
@@ -687,6 +795,9 @@ int main(void)
 	tcase_add_test(tc, test_kv_waste);
 	tcase_add_test(tc, test_stop_string);
 	tcase_add_test(tc, test_errors_and_cancel);
+	tcase_add_test(tc, test_kvq_capacity);
+	tcase_add_loop_test(tc, test_kvq_preemption_equals_solo, 0, 2);
+	tcase_add_test(tc, test_kvq_head_size_refused);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	/* one process: the solo reference runs are computed once and shared */

@@ -228,7 +228,7 @@ START_TEST(test_block_image)
 				kv_k_row(&pool, &a, l, j)[i] = (pg_f16)(1000 + l * 100 + j * 10 + i);
 				kv_v_row(&pool, &a, l, j)[i] = (pg_f16)(2000 + l * 100 + j * 10 + i);
 			}
-	const struct pg_kv_layout lay = { BS, pool.n_layer, pool.kv_dim, PG_TYPE_F16 };
+	const struct pg_kv_layout lay = { BS, pool.n_layer, pool.kv_dim, PG_TYPE_F16, PG_TYPE_F16 };
 	const size_t n = pg_kv_block_bytes(&lay) / sizeof(pg_f16), half = n / 2;
 	ck_assert_uint_eq(n, 2 * (size_t)BS * pool.n_layer * pool.kv_dim);
 	pg_f16 *img = malloc(n * sizeof *img);
@@ -251,6 +251,74 @@ START_TEST(test_block_image)
 	kv_seq_release(&pool, &a);
 	kv_seq_release(&pool, &b);
 	check_whole();
+}
+END_TEST
+
+/* A quantized pool: rows of the types' bytes, the host image K of every
+ * layer then V, and hash chains rooted in the types, so a block of one type
+ * is never found by a pool of another (the tier keeps blocks across
+ * restarts); f16 keeps the chain it always had. */
+START_TEST(test_quantized_layout)
+{
+	char err[256];
+	const uint32_t kt[] = { PG_TYPE_Q8_0, PG_TYPE_Q4_0, PG_TYPE_IQ4_NL, PG_TYPE_F16 };
+	const uint32_t vt[] = { PG_TYPE_Q8_0, PG_TYPE_Q5_1, PG_TYPE_F16, PG_TYPE_Q4_1 };
+	int32_t t[3 * BS];
+	tokens(t, 3 * BS, 7);
+	struct kv_hash h16[2], hq[4][2];
+	struct kv_seq s0 = { 0 };
+	ck_assert_int_eq(kv_seq_next_hashes(&pool, &s0, t, 3 * BS, h16, 2), 2);
+	for (int c = 0; c < 4; c++) {
+		struct pg_backend *b = cpu();
+		struct kv_pool q;
+		const struct pg_kv_layout l = { BS, 2, 64, kt[c], vt[c] };
+		ck_assert_msg(kv_pool_init_layout(&q, b, 4, &l, true, err, sizeof err) == 0, "%s", err);
+		const size_t kr = pg_row_size(kt[c], 64), vr = pg_row_size(vt[c], 64);
+		ck_assert_uint_eq(q.k_row, kr);
+		ck_assert_uint_eq(q.v_row, vr);
+		ck_assert_uint_eq(kv_pool_block_bytes(&q), (kr + vr) * BS * 2);
+		ck_assert_uint_eq(kv_pool_block_bytes(&q), pg_kv_block_bytes(&l));
+		struct kv_seq a = { 0 }, d = { 0 };
+		ck_assert_int_eq(kv_seq_reserve(&q, &a, BS), 0);
+		ck_assert_int_eq(kv_seq_reserve(&q, &d, BS), 0);
+		for (int layer = 0; layer < 2; layer++)
+			for (size_t i = 0; i < kr * BS; i++)
+				kv_k_block(&q, &a, layer, 0)[i] = (uint8_t)(i * 7 + layer * 3 + 1);
+		for (int layer = 0; layer < 2; layer++)
+			for (size_t i = 0; i < vr * BS; i++)
+				kv_v_block(&q, &a, layer, 0)[i] = (uint8_t)(i * 5 + layer * 11 + 2);
+		uint8_t *img = malloc(kv_pool_block_bytes(&q));
+		ck_assert_int_eq(kv_block_copy_out(&q, a.blocks[0], img), 0);
+		for (int layer = 0; layer < 2; layer++) {
+			ck_assert(!memcmp(img + layer * kr * BS, kv_k_block(&q, &a, layer, 0), kr * BS));
+			ck_assert(!memcmp(img + 2 * kr * BS + layer * vr * BS, kv_v_block(&q, &a, layer, 0), vr * BS));
+		}
+		ck_assert_int_eq(kv_block_copy_in(&q, d.blocks[0], img), 0);
+		ck_assert(!memcmp(kv_k_block(&q, &a, 0, 0), kv_k_block(&q, &d, 0, 0), kr * BS * 2));
+		ck_assert(!memcmp(kv_v_block(&q, &a, 0, 0), kv_v_block(&q, &d, 0, 0), vr * BS * 2));
+		struct iovec iov[2];
+		int niov = 2;
+		ck_assert_int_eq(kv_block_span(&q, a.blocks[0], iov, &niov), 0);
+		ck_assert_uint_eq(iov[0].iov_len + iov[1].iov_len, kv_pool_block_bytes(&q));
+		ck_assert(!memcmp(iov[0].iov_base, img, iov[0].iov_len));
+		free(img);
+		kv_seq_release(&q, &a);
+		kv_seq_release(&q, &d);
+		ck_assert_int_eq(kv_seq_next_hashes(&q, &s0, t, 3 * BS, hq[c], 2), 2);
+		for (int j = 0; j < 2; j++)
+			ck_assert(hq[c][j].lo != h16[j].lo || hq[c][j].hi != h16[j].hi);
+		for (int o = 0; o < c; o++)
+			ck_assert(hq[c][0].lo != hq[o][0].lo || hq[c][0].hi != hq[o][0].hi);
+		kv_pool_free(&q);
+		pg_backend_close(b);
+	}
+	/* an unknown type is refused before the backend is asked */
+	struct pg_backend *b = cpu();
+	struct kv_pool q;
+	const struct pg_kv_layout bad = { BS, 2, 64, PG_TYPE_Q4_K, PG_TYPE_F16 };
+	ck_assert_int_eq(kv_pool_init_layout(&q, b, 4, &bad, true, err, sizeof err), -EINVAL);
+	ck_assert_msg(strstr(err, "Q4_K"), "%s", err);
+	pg_backend_close(b);
 }
 END_TEST
 
@@ -426,6 +494,7 @@ int main(void)
 	tcase_add_test(tc, test_block_image);
 	tcase_add_test(tc, test_lower_level_door);
 	tcase_add_test(tc, test_hold_and_regions);
+	tcase_add_test(tc, test_quantized_layout);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

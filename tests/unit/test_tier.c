@@ -95,8 +95,8 @@ static void fill(int tag, int n, struct kv_hash *hashes)
 	for (int i = 0; i < n; i++)
 		for (int l = 0; l < pool.n_layer; l++)
 			for (int j = 0; j < bs * pool.kv_dim; j++) {
-				kv_k_block(&pool, &s, l, i)[j] = (pg_f16)(tag * 7 + i * 131 + l * 17 + j);
-				kv_v_block(&pool, &s, l, i)[j] = (pg_f16)(tag * 5 + i * 31 + l * 3 + j * 2);
+				((pg_f16 *)kv_k_block(&pool, &s, l, i))[j] = (pg_f16)(tag * 7 + i * 131 + l * 17 + j);
+				((pg_f16 *)kv_v_block(&pool, &s, l, i))[j] = (pg_f16)(tag * 5 + i * 31 + l * 3 + j * 2);
 			}
 	kv_seq_commit(&pool, &s, toks, n * bs + 1);
 	for (int i = 0; i < n; i++)
@@ -119,8 +119,8 @@ static void check_bytes(int tag, int i, struct kv_hash h)
 	struct kv_seq s = { .blocks = &b, .n_blocks = 1 };
 	for (int l = 0; l < pool.n_layer; l++)
 		for (int j = 0; j < pool.block_size * pool.kv_dim; j++) {
-			ck_assert_uint_eq(kv_k_block(&pool, &s, l, 0)[j], (pg_f16)(tag * 7 + i * 131 + l * 17 + j));
-			ck_assert_uint_eq(kv_v_block(&pool, &s, l, 0)[j], (pg_f16)(tag * 5 + i * 31 + l * 3 + j * 2));
+			ck_assert_uint_eq(((pg_f16 *)kv_k_block(&pool, &s, l, 0))[j], (pg_f16)(tag * 7 + i * 131 + l * 17 + j));
+			ck_assert_uint_eq(((pg_f16 *)kv_v_block(&pool, &s, l, 0))[j], (pg_f16)(tag * 5 + i * 31 + l * 3 + j * 2));
 		}
 }
 
@@ -257,6 +257,56 @@ START_TEST(test_warm_restart)
 	ck_assert_int_gt(n_logs, 0);
 	ck_assert_ptr_nonnull(strstr(last_log, "different model"));
 	kv_tier_close(t);
+}
+END_TEST
+
+/* The cache types are part of the fingerprint: a restart with other types
+ * (here the same block bytes, K and V swapped) starts empty, the same
+ * types find their blocks. */
+START_TEST(test_cache_types_restart)
+{
+	static const uint32_t types[2][2] = { { PG_TYPE_Q4_0, PG_TYPE_Q8_0 }, { PG_TYPE_Q8_0, PG_TYPE_Q4_0 } };
+	struct kv_hash h[2];
+	char err[256];
+	for (int round = 0; round < 3; round++) {
+		const uint32_t *ty = types[round == 2];
+		kv_pool_free(&pool);
+		pg_backend_close(be);
+		const struct pg_backend_opts bo = { .threads = 1 };
+		ck_assert_msg(pg_backend_open("cpu", &bo, &be, err, sizeof err) == 0, "%s", err);
+		const struct pg_kv_layout l = { BS, 2, 64, ty[0], ty[1] };
+		ck_assert_msg(kv_pool_init_layout(&pool, be, NB, &l, true, err, sizeof err) == 0, "%s", err);
+		struct kv_tier *t = open_tier(16, 42, NULL);
+		struct kv_tier_stats st;
+		kv_tier_get_stats(t, &st);
+		ck_assert_uint_eq(st.warm_blocks, round == 1 ? 2 : 0);
+		if (round == 0) {
+			struct kv_seq s = { 0 };
+			int32_t toks[2 * BS + 1];
+			for (int i = 0; i < 2 * BS + 1; i++)
+				toks[i] = 500 + i;
+			ck_assert_int_eq(kv_seq_reserve(&pool, &s, 2 * BS + 1), 0);
+			for (int i = 0; i < 2; i++)
+				for (size_t j = 0; j < pool.k_row * BS; j++)
+					kv_k_block(&pool, &s, 1, i)[j] = (uint8_t)(j * 3 + i);
+			kv_seq_commit(&pool, &s, toks, 2 * BS + 1);
+			for (int i = 0; i < 2; i++)
+				h[i] = pool.meta[s.blocks[i]].hash;
+			kv_seq_release(&pool, &s);
+			kv_tier_flush(t, &pool);
+		} else if (round == 1) {
+			ck_assert_int_eq(kv_tier_fetch(t, &pool, h[1]), 0);
+			settle(t);
+			int32_t b = block_of(h[1]);
+			ck_assert_int_ge(b, 0);
+			struct kv_seq s = { .blocks = &b, .n_blocks = 1 };
+			for (size_t j = 0; j < pool.k_row * BS; j++)
+				ck_assert_uint_eq(kv_k_block(&pool, &s, 1, 0)[j], (uint8_t)(j * 3 + 1));
+		} else {
+			ck_assert(!kv_tier_has(t, h[0]));
+		}
+		kv_tier_close(t);
+	}
 }
 END_TEST
 
@@ -716,6 +766,7 @@ int main(void)
 	tcase_add_test(tc, test_sqpoll);
 	tcase_add_test(tc, test_evictions_and_lru);
 	tcase_add_test(tc, test_warm_restart);
+	tcase_add_test(tc, test_cache_types_restart);
 	tcase_add_test(tc, test_corrupt_header);
 	tcase_add_test(tc, test_fault_corrupt);
 	tcase_add_test(tc, test_fault_short);

@@ -236,6 +236,9 @@ static void print_human(const struct props *ps, const char *bus)
 	       grouped(U(ps, "KVBlocksCached"), b, sizeof b), grouped(total, c, sizeof c),
 	       total ? 100.0 * (double)U(ps, "KVBlocksUsed") / (double)total : 0.0,
 	       grouped(U(ps, "Preemptions"), d, sizeof d));
+	if (*S(ps, "KVCacheTypeK"))
+		printf("  kv        K %s, V %s; the pool holds %s tokens\n", S(ps, "KVCacheTypeK"), S(ps, "KVCacheTypeV"),
+		       grouped(U(ps, "KVTokensTotal"), a, sizeof a));
 	printf("  offload   %s in, %s out\n", human_bytes(U(ps, "OffloadBytesIn"), a, sizeof a),
 	       human_bytes(U(ps, "OffloadBytesOut"), b, sizeof b));
 	printf("  latency   first token p50 %s, p99 %s; between tokens p50 %s, p99 %s\n",

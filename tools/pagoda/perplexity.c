@@ -83,7 +83,8 @@ static int perplexity(struct ppl_run *p, const int32_t *toks, int n_tok, int n_c
 	return 0;
 }
 
-static int setup(struct ppl_run *p, const char *backend, int n_ctx, int threads, char *err, size_t errlen)
+static int setup(struct ppl_run *p, const char *backend, int n_ctx, int threads, const uint32_t types[2], char *err,
+		 size_t errlen)
 {
 	const struct model_hparams *hp = &p->m->hp;
 	const struct pg_backend_opts bo = { .threads = threads };
@@ -96,8 +97,9 @@ static int setup(struct ppl_run *p, const char *backend, int n_ctx, int threads,
 	if (note[0])
 		fprintf(stderr, "pagoda: %s\n", note);
 	if (pg_backend_load_weights(p->be, &p->m->desc, err, errlen) || pg_backend_reserve(p->be, &lim, err, errlen) ||
-	    kv_pool_init(&p->kv, p->be, (n_ctx + 15) / 16, 16, hp->n_layer, hp->n_head_kv * hp->head_dim, false, err,
-			 errlen))
+	    kv_pool_init_layout(&p->kv, p->be, (n_ctx + 15) / 16,
+				&(struct pg_kv_layout){ 16, hp->n_layer, hp->n_head_kv * hp->head_dim, types[0], types[1] },
+				false, err, errlen))
 		return -1;
 	p->logits = malloc((size_t)n_ctx * hp->n_vocab * sizeof(float));
 	p->pos = malloc(n_ctx * sizeof *p->pos);
@@ -133,6 +135,7 @@ int cmd_perplexity(int argc, char **argv)
 {
 	const char *model = NULL, *file = NULL, *backend = "auto";
 	long n_ctx = 512, threads = 0;
+	uint32_t types[2] = { PG_TYPE_F16, PG_TYPE_F16 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = (i + 1 < argc) ? argv[i + 1] : NULL;
 		if (v && (!strcmp(a, "-m") || !strcmp(a, "--model")))
@@ -145,9 +148,18 @@ int cmd_perplexity(int argc, char **argv)
 			;
 		else if (v && !strcmp(a, "--backend"))
 			backend = v;
-		else {
+		else if (v && (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
+			       !strcmp(a, "--cache-type-v"))) {
+			const int t = pg_kv_type_parse(v);
+			if (t < 0) {
+				fprintf(stderr, "pagoda perplexity: unknown cache type '%s' (one of " PG_KV_TYPE_NAMES ")\n",
+					v);
+				return 2;
+			}
+			types[a[strlen(a) - 1] == 'k' ? 0 : 1] = (uint32_t)t;
+		} else {
 			fprintf(stderr, "usage: pagoda perplexity -m MODEL.gguf -f TEXT [-c N] [-t THREADS] "
-					"[--backend cpu|cuda|auto]\n");
+					"[--backend cpu|cuda|auto] [-ctk TYPE] [-ctv TYPE]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 		i++;
@@ -179,7 +191,7 @@ int cmd_perplexity(int argc, char **argv)
 	int rc = 1;
 	if (n < 0)
 		fprintf(stderr, "pagoda perplexity: cannot tokenize %s\n", file);
-	else if (setup(&p, backend, (int)n_ctx, (int)threads, err, sizeof err))
+	else if (setup(&p, backend, (int)n_ctx, (int)threads, types, err, sizeof err))
 		fprintf(stderr, "pagoda perplexity: %s\n", err);
 	else
 		rc = perplexity(&p, toks, n, (int)n_ctx);

@@ -50,6 +50,10 @@ static int usage(FILE *f)
 		   "  --ids                print generated token ids instead of text\n"
 		   "  --stats              print the engine's counters (KV blocks, cache, batching) at the end\n"
 		   "  --kv-blocks N        KV pool size in blocks (default: enough for the context)\n"
+		   "  --kv-mem SIZE        KV pool bytes, K/M/G suffixes (instead of --kv-blocks)\n"
+		   "  -ctk, --cache-type-k T  KV cache type of K: f16 (default), q8_0, q4_0, q4_1, iq4_nl,\n"
+		   "                       q5_0, q5_1 (as llama.cpp's -ctk)\n"
+		   "  -ctv, --cache-type-v T  KV cache type of V, the same types\n"
 		   "  --offload-dir DIR    keep KV blocks the pool lets go of in DIR/pagoda-kv.tier (NVMe tier)\n"
 		   "  --offload-size SIZE  bytes of that file, K/M/G suffixes (default 1G)\n"
 		   "  --offload-sqpoll     a kernel thread polls the tier's io_uring\n"
@@ -113,6 +117,8 @@ static void print_stats(struct engine *e)
 	engine_backend_describe(e, be, sizeof be);
 	const char *note = engine_backend_note(e);
 	fprintf(stderr, "pagoda: backend %s%s%s\n", be, note[0] ? ": " : "", note);
+	fprintf(stderr, "pagoda: KV cache K %s, V %s: %lld tokens in %lld blocks of %lld bytes\n", st.kv_type_k,
+		st.kv_type_v, (long long)st.kv_tokens_total, (long long)st.kv_blocks_total, (long long)st.kv_block_bytes);
 	fprintf(stderr,
 		"pagoda: KV blocks %lld total, %lld used, %lld cached, %lld free | waste %.1f%%\n"
 		"pagoda: prompt tokens %llu, from the prefix cache %llu (%.1f%%), prefilled %llu, decoded %llu\n"
@@ -178,6 +184,12 @@ int cmd_run(int argc, char **argv)
 			eo.backend = val;
 		else if (!strcmp(a, "--kv-blocks") && opt_int(val, 1, INT32_MAX >> 2, &v))
 			eo.kv_blocks = v;
+		else if (!strcmp(a, "--kv-mem") && opt_size(val, &eo.kv_mem))
+			;
+		else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k"))
+			eo.cache_type_k = val;
+		else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v"))
+			eo.cache_type_v = val;
 		else if (!strcmp(a, "--offload-dir"))
 			eo.offload_dir = val;
 		else if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar"))
