@@ -103,6 +103,10 @@ int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_tokens);
 void kv_seq_commit(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int n_computed);
 /* Returns every block (cached ones stay cached) and empties the table. */
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s);
+/* Gives back the blocks past those that positions [0, n_tokens) need:
+ * speculative decoding rolls back the positions of rejected draft tokens
+ * (never published: kv_seq_commit only sees accepted ones). */
+void kv_seq_truncate(struct kv_pool *p, struct kv_seq *s, int n_tokens);
 /* Forgets every cached block (the ones no sequence holds). */
 void kv_drop_cache(struct kv_pool *p);
 

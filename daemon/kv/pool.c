@@ -346,6 +346,15 @@ void kv_seq_release(struct kv_pool *p, struct kv_seq *s)
 	s->salt = salt;
 }
 
+void kv_seq_truncate(struct kv_pool *p, struct kv_seq *s, int n_tokens)
+{
+	int keep = kv_blocks_needed(p, n_tokens > 0 ? n_tokens : 0);
+	while (s->n_blocks > keep)
+		kv_block_put(p, s->blocks[--s->n_blocks]);
+	if (s->n_hashed > s->n_blocks)
+		s->n_hashed = s->n_blocks;
+}
+
 void kv_drop_cache(struct kv_pool *p)
 {
 	while (p->lru_head >= 0) {

@@ -521,7 +521,10 @@ static void plan_order(struct fwd_ctx *c, const struct pg_batch *b)
 			int w = 0;
 			for (i1 = i; i1 < end; i1++) {
 				const int u = c->tok_order[i1];
-				if (c->all.tb[u] != c->all.tb[t] || b->pos[u] / PG_UBATCH != win)
+				/* a generated token is a ubatch of its own, also when
+				 * several of a sequence's are verified in one step */
+				if (c->all.tb[u] != c->all.tb[t] || b->pos[u] / PG_UBATCH != win ||
+				    (i1 > i && b->ubatch[u] < 2))
 					break;
 				w += b->want[u];
 			}
