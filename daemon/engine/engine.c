@@ -9,6 +9,7 @@
 #include "daemon/engine/probes.h"
 #include "daemon/engine/logprob.h"
 #include "daemon/engine/sampler.h"
+#include "daemon/engine/spec.h"
 #include "daemon/engine/stopper.h"
 #include "daemon/grammar/grammar.h"
 #include "daemon/kv/kv.h"
@@ -53,6 +54,14 @@ struct seq {
 	struct gm_grammar *gmg; /* the request's constraint, NULL if none */
 	struct gm_matcher *gm;
 	uint32_t *gm_mask;
+	/* speculative decoding */
+	struct spec_drafter *drafter; /* NULL: off */
+	void *dstate;
+	struct spec_pace pace;
+	int32_t drafts[ENGINE_DRAFT_MAX];
+	float *q;    /* the drafts' distributions, when the drafter has them and it samples */
+	int n_draft; /* proposed for this step */
+	int n_drafted, n_accepted, n_passes;
 };
 
 struct engine {
@@ -96,7 +105,22 @@ struct engine {
 	float *logits;
 	float *lp_row;        /* a row's raw logits, for logprobs (allocated when first asked) */
 	struct gm_vocab *gm_vocab; /* built at the first constrained request (under lock) */
+	/* speculative decoding */
+	struct spec_drafter *ngram, *draft;
+	bool own_draft;
+	enum engine_spec spec_default;
+	int draft_max;
+	struct spec_ask *asks;
+	struct seq **ask_seq;
+	int *b_draft;   /* draft tokens verified per batch seq slot */
+	float *vwork;   /* spec_verify's, 2 * n_vocab */
+	int logit_rows; /* rows logits holds */
+	float *lp_rows; /* verified rows' raw logits, for logprobs (allocated when first asked) */
 };
+
+/* Draft tokens verified in one step, all sequences together: past a few
+ * dozen rows a CPU step is bound by arithmetic, not by reading weights. */
+#define SPEC_STEP_DRAFTS 64
 
 static bool lp_row(struct engine *e)
 {
@@ -231,6 +255,44 @@ static int kv_types(const struct engine_opts *o, struct pg_kv_layout *l, char *e
 	return 0;
 }
 
+/* The drafters: prompt lookup always (a request may ask for it), a draft
+ * model when given one. */
+static int open_spec(struct engine *e, const struct engine_opts *o, char *err, size_t errlen)
+{
+	int r = spec_ngram_create(&e->ngram);
+	if (r) {
+		snprintf(err, errlen, "engine: out of memory");
+		return r;
+	}
+	if (o->drafter) {
+		e->draft = o->drafter;
+	} else if (o->draft_model && *o->draft_model) {
+		const struct spec_draft_opts so = {
+			.path = o->draft_model, .vocab = e->m->tok, .backend = e->be->name, .threads = o->threads,
+			.n_ctx = e->n_ctx, .max_seqs = e->max_seqs, .max_batch = e->max_batch,
+		};
+		if ((r = spec_draft_create(&so, &e->draft, err, errlen)))
+			return r;
+		e->own_draft = true;
+	}
+	if (o->speculative < ENGINE_SPEC_DEFAULT || o->speculative > ENGINE_SPEC_DRAFT) {
+		snprintf(err, errlen, "speculative: unknown drafter %d", (int)o->speculative);
+		return -EINVAL;
+	}
+	e->spec_default = o->speculative ? o->speculative : e->draft ? ENGINE_SPEC_DRAFT : ENGINE_SPEC_OFF;
+	if (e->spec_default == ENGINE_SPEC_DRAFT && !e->draft) {
+		snprintf(err, errlen, "speculative: draft needs a draft model (--draft-model FILE)");
+		return -EINVAL;
+	}
+	if (o->draft_max < 0 || o->draft_max > ENGINE_DRAFT_MAX) {
+		snprintf(err, errlen, "draft-max: %d is not within 1..%d", o->draft_max, ENGINE_DRAFT_MAX);
+		return -EINVAL;
+	}
+	e->draft_max = o->draft_max ? o->draft_max : 8;
+	snprintf(e->stats.spec_default, sizeof e->stats.spec_default, "%s", engine_spec_name(e->spec_default));
+	return 0;
+}
+
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)
 {
 	struct engine *e = calloc(1, sizeof *e);
@@ -279,12 +341,20 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	e->b_owner = malloc(e->max_seqs * sizeof *e->b_owner);
 	e->b_take = malloc(e->max_seqs * sizeof *e->b_take);
 	e->logits = malloc((size_t)e->max_seqs * e->n_vocab * sizeof(float));
+	e->logit_rows = e->max_seqs;
+	e->asks = malloc(e->max_seqs * sizeof *e->asks);
+	e->ask_seq = malloc(e->max_seqs * sizeof *e->ask_seq);
+	e->b_draft = malloc(e->max_seqs * sizeof *e->b_draft);
+	e->vwork = malloc(2 * (size_t)e->n_vocab * sizeof *e->vwork);
 	if (e->evfd < 0 || !e->running || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_ubatch ||
-	    !e->b_seqs || !e->b_tables || !e->b_owner || !e->b_take || !e->logits) {
+	    !e->b_seqs || !e->b_tables || !e->b_owner || !e->b_take || !e->logits || !e->asks || !e->ask_seq ||
+	    !e->b_draft || !e->vwork) {
 		snprintf(err, errlen, "engine: out of memory for %d-token batches", e->max_batch);
 		r = -ENOMEM;
 		goto fail;
 	}
+	if ((r = open_spec(e, o, err, errlen)))
+		goto fail;
 	e->stats.kv_blocks_total = e->kv.n_blocks;
 	e->stats.kv_type_k = pg_kv_type_name(kvl.type_k);
 	e->stats.kv_type_v = pg_kv_type_name(kvl.type_v);
@@ -320,6 +390,9 @@ static void seq_free(struct seq *s)
 	gm_matcher_free(s->gm);
 	gm_grammar_unref(s->gmg);
 	free(s->gm_mask);
+	if (s->drafter)
+		s->drafter->close(s->drafter, s->dstate);
+	free(s->q);
 	free(s->want);
 	sampler_free(&s->smp);
 	free(s->tokens);
@@ -384,6 +457,15 @@ int engine_submit(struct engine *e, struct engine_req *r)
 			      r->max_tokens, e->n_ctx);
 	if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOP)
 		return refuse(r, ENGINE_ERR_INVALID, "at most %d stop strings", ENGINE_MAX_STOP);
+	if (r->spec < ENGINE_SPEC_DEFAULT || r->spec > ENGINE_SPEC_DRAFT)
+		return refuse(r, ENGINE_ERR_INVALID, "unknown speculative drafter %d", (int)r->spec);
+	if (r->draft_max < 0 || r->draft_max > ENGINE_DRAFT_MAX)
+		return refuse(r, ENGINE_ERR_INVALID, "draft_max %d is not within 0..%d", r->draft_max,
+			      ENGINE_DRAFT_MAX);
+	enum engine_spec spec = r->spec ? r->spec : e->spec_default;
+	if (spec == ENGINE_SPEC_DRAFT && !e->draft)
+		return refuse(r, ENGINE_ERR_INVALID, "speculative decoding with a draft model: none is loaded "
+						     "(pagodad --draft-model FILE)");
 	struct seq *s = calloc(1, sizeof *s);
 	if (!s || !(s->tokens = malloc(e->n_ctx * sizeof *s->tokens))) {
 		free(s);
@@ -400,6 +482,16 @@ int engine_submit(struct engine *e, struct engine_req *r)
 			return rc;
 		}
 	}
+	/* a constrained request decodes one token at a time: its mask follows
+	 * each token, and verified rows are not masked */
+	struct spec_drafter *dr = r->constraint_kind ? NULL
+				  : spec == ENGINE_SPEC_NGRAM ? e->ngram : spec == ENGINE_SPEC_DRAFT ? e->draft : NULL;
+	if (dr && dr->open(dr, &s->dstate, &r->sampling)) {
+		seq_free(s);
+		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
+	}
+	s->drafter = dr;
+	spec_pace_init(&s->pace, r->draft_max ? r->draft_max : e->draft_max);
 	memcpy(s->tokens, r->prompt, r->n_prompt * sizeof *s->tokens);
 	s->n_tokens = r->n_prompt;
 	s->kv.salt = r->cache_salt;
@@ -475,6 +567,9 @@ static void finish(struct engine *e, struct seq *s, enum finish_reason why, int 
 	kv_seq_release(&e->kv, &s->kv);
 	r->timings.t_done_ns = now_ns();
 	r->timings.n_gen = s->n_gen;
+	r->timings.n_drafted = s->n_drafted;
+	r->timings.n_accepted = s->n_accepted;
+	r->timings.n_passes = s->n_passes;
 	PROBE_DONE(s->uid, r->id, (int)why, s->n_gen, r->timings.t_done_ns - r->timings.t_submit_ns);
 	pthread_mutex_lock(&e->lock);
 	if (why == FINISH_CANCEL)
@@ -606,6 +701,7 @@ static void preempt_latest(struct engine *e)
 		e->swap_out_blocks += n;
 	}
 	s->tier_tried = false;
+	s->n_draft = 0;
 	kv_seq_release(&e->kv, &s->kv);
 	PROBE_PREEMPT(s->uid, s->req->id, s->n_computed);
 	s->n_computed = 0;
@@ -681,12 +777,14 @@ static void plan_add(struct engine *e, struct plan *p, struct seq *s, int take)
 	e->b_owner[slot] = s;
 	e->b_take[slot] = take;
 	e->b_seqs[slot] = &s->kv;
+	/* past the sequence's tokens: its drafts, every row's logits wanted */
+	e->b_draft[slot] = s->n_computed + take > s->n_tokens ? s->n_computed + take - s->n_tokens : 0;
 	for (int i = 0; i < take; i++) {
 		int pos = s->n_computed + i;
-		e->b_tokens[p->n_tok] = s->tokens[pos];
+		e->b_tokens[p->n_tok] = pos < s->n_tokens ? s->tokens[pos] : s->drafts[pos - s->n_tokens];
 		e->b_pos[p->n_tok] = pos;
 		e->b_seq[p->n_tok] = slot;
-		e->b_want[p->n_tok] = pos == s->n_tokens - 1;
+		e->b_want[p->n_tok] = pos >= s->n_tokens - 1;
 		e->b_ubatch[p->n_tok] = model_ubatch_of(pos, s->req->n_prompt);
 		p->n_tok++;
 	}
@@ -700,6 +798,20 @@ static int chunk_for(const struct engine *e, const struct seq *s, const struct p
 	if (take > e->max_batch - p->n_tok)
 		take = e->max_batch - p->n_tok;
 	return take;
+}
+
+/* A decode sequence's drafts that fit the batch and the free blocks:
+ * speculation never evicts a cached block nor preempts anyone. */
+static int fit_drafts(struct engine *e, struct seq *s, const struct plan *p)
+{
+	int64_t room = (s->kv.n_blocks + (e->kv.n_free < e->n_ctx ? e->kv.n_free : e->n_ctx)) *
+		       (int64_t)e->kv.block_size - (s->n_computed + 1);
+	int k = s->n_draft;
+	if (k > room)
+		k = (int)room;
+	if (k > e->max_batch - p->n_tok - 1)
+		k = e->max_batch - p->n_tok - 1;
+	return s->n_draft = k > 0 ? k : 0;
 }
 
 /* Decode tokens first (one per running sequence), then prefill chunks of
@@ -719,6 +831,8 @@ again:
 			int take = chunk_for(e, s, p);
 			if (take <= 0)
 				continue;
+			if (decode && s->n_draft)
+				take += fit_drafts(e, s, p);
 			if (kv_seq_reserve(&e->kv, &s->kv, s->n_computed + take) == -ENOSPC) {
 				preempt_latest(e);
 				goto again;
@@ -811,11 +925,82 @@ static int mask_logits(struct engine *e, struct seq *s, float *logits)
 	return 0;
 }
 
+static void remove_and_finish(struct engine *e, struct seq *s, enum finish_reason why)
+{
+	for (int i = 0; i < e->n_running; i++)
+		if (e->running[i] == s) {
+			remove_running(e, i);
+			break;
+		}
+	finish(e, s, why, 0, NULL);
+}
+
+/* A sequence's last token and k drafts were computed: keep the tokens the
+ * acceptance rule gives, the K/V of the drafts that stood, and give back
+ * the blocks past them (their positions are written again next step;
+ * only kept positions are ever published). */
+static void after_verify(struct engine *e, struct seq *s, const float *rows, int k)
+{
+	const int old = s->n_tokens;
+	float *lg = (float *)rows;
+	const float *q = s->drafter->has_q && s->req->sampling.temp > 0 ? s->q : NULL;
+	const size_t row_bytes = (size_t)e->n_vocab * sizeof *lg;
+	/* the model's distributions, before the sampler changes the rows */
+	if (s->req->want_logprob && !e->lp_rows)
+		e->lp_rows = malloc((ENGINE_DRAFT_MAX + 1) * row_bytes);
+	bool lp = s->req->want_logprob && e->lp_rows;
+	if (lp)
+		memcpy(e->lp_rows, rows, (size_t)(k + 1) * row_bytes);
+	int n = spec_verify(&s->smp, lg, e->n_vocab, s->drafts, q, k, s->tokens, old, e->vwork);
+	s->n_computed = old;
+	enum finish_reason why = FINISH_NONE;
+	int sampled = 0;
+	for (int i = 0; i < n && why == FINISH_NONE; i++) {
+		int32_t tok = s->tokens[old + i];
+		sampled++;
+		if (tok_is_eog(e->m->tok, tok)) {
+			why = FINISH_EOS;
+			break;
+		}
+		if (lp)
+			s->req->logprob = logprob_of(e->lp_rows + (size_t)i * e->n_vocab, e->n_vocab, tok);
+		emit(e, s, tok);
+		if (i < n - 1)
+			s->n_computed++; /* a draft that stood: its K/V are right */
+		if (s->stopped)
+			why = FINISH_STOP;
+		else if (s->n_gen >= s->max_tokens || s->n_tokens >= e->n_ctx)
+			why = FINISH_LENGTH;
+	}
+	s->n_drafted += k;
+	s->n_accepted += n - 1;
+	s->n_passes++;
+	spec_pace_update(&s->pace, k, n - 1);
+	pthread_mutex_lock(&e->lock);
+	e->stats.gen_tokens += sampled;
+	e->stats.spec_drafted += k;
+	e->stats.spec_accepted += n - 1;
+	e->stats.spec_passes++;
+	e->stats.spec_tokens += sampled;
+	pthread_mutex_unlock(&e->lock);
+	kv_seq_commit(&e->kv, &s->kv, s->tokens, s->n_computed);
+	if (why != FINISH_NONE) {
+		remove_and_finish(e, s, why);
+		return;
+	}
+	kv_seq_truncate(&e->kv, &s->kv, s->n_computed + 1);
+}
+
 static void after_forward(struct engine *e, const struct plan *p)
 {
 	int out_row = 0;
 	for (int slot = 0; slot < p->n_slots; slot++) {
 		struct seq *s = e->b_owner[slot];
+		if (e->b_draft[slot]) {
+			after_verify(e, s, e->logits + (size_t)out_row * e->n_vocab, e->b_draft[slot]);
+			out_row += e->b_draft[slot] + 1;
+			continue;
+		}
 		s->n_computed += e->b_take[slot];
 		kv_seq_commit(&e->kv, &s->kv, s->tokens, s->n_computed);
 		if (s->n_computed != s->n_tokens)
@@ -840,8 +1025,13 @@ static void after_forward(struct engine *e, const struct plan *p)
 		if (s->gm)
 			gm_matcher_accept_token(s->gm, tok);
 		enum finish_reason why = FINISH_NONE;
+		s->n_passes++;
 		pthread_mutex_lock(&e->lock);
 		e->stats.gen_tokens++;
+		if (s->drafter) {
+			e->stats.spec_passes++;
+			e->stats.spec_tokens++;
+		}
 		pthread_mutex_unlock(&e->lock);
 		if (tok_is_eog(e->m->tok, tok)) {
 			why = FINISH_EOS;
@@ -853,14 +1043,8 @@ static void after_forward(struct engine *e, const struct plan *p)
 				why = FINISH_LENGTH;
 			}
 		}
-		if (why != FINISH_NONE) {
-			for (int i = 0; i < e->n_running; i++)
-				if (e->running[i] == s) {
-					remove_running(e, i);
-					break;
-				}
-			finish(e, s, why, 0, NULL);
-		}
+		if (why != FINISH_NONE)
+			remove_and_finish(e, s, why);
 	}
 }
 
@@ -914,8 +1098,9 @@ static void count_tokens(struct engine *e, const struct plan *p)
 {
 	uint64_t prefill = 0, decode = 0;
 	for (int slot = 0; slot < p->n_slots; slot++) {
-		if (e->b_take[slot] == 1 && e->b_owner[slot]->n_computed >= e->b_owner[slot]->req->n_prompt)
-			decode++;
+		if ((e->b_take[slot] == 1 || e->b_draft[slot]) &&
+		    e->b_owner[slot]->n_computed >= e->b_owner[slot]->req->n_prompt)
+			decode += e->b_take[slot];
 		else
 			prefill += e->b_take[slot];
 	}
@@ -940,6 +1125,71 @@ static void fail_batch(struct engine *e, const struct plan *p, int r)
 	}
 }
 
+/* Logits rows for every running sequence and n drafts. */
+static bool logit_room(struct engine *e, int n)
+{
+	int rows = e->max_seqs + n;
+	if (rows <= e->logit_rows)
+		return true;
+	float *l = realloc(e->logits, (size_t)rows * e->n_vocab * sizeof *l);
+	if (!l)
+		return false;
+	e->logits = l;
+	e->logit_rows = rows;
+	return true;
+}
+
+/* Each decoding sequence that speculates asks its drafter for as many
+ * tokens as its pace allows, within what is left of its max_tokens and the
+ * context, and within the step's share of drafts; a drafter answers all
+ * its sequences at once. */
+static void propose_drafts(struct engine *e)
+{
+	int budget = e->max_batch - e->n_running, total = 0;
+	if (budget > SPEC_STEP_DRAFTS)
+		budget = SPEC_STEP_DRAFTS;
+	for (int i = 0; i < e->n_running; i++)
+		e->running[i]->n_draft = 0;
+	for (int which = 0; which < 2; which++) {
+		struct spec_drafter *dr = which ? e->draft : e->ngram;
+		int n = 0;
+		for (int i = 0; dr && i < e->n_running; i++) {
+			struct seq *s = e->running[i];
+			if (s->drafter != dr || s->n_tokens - s->n_computed != 1 || budget <= 0)
+				continue;
+			int k = spec_pace_want(&s->pace);
+			if (k > s->max_tokens - s->n_gen - 1)
+				k = s->max_tokens - s->n_gen - 1;
+			if (k > e->n_ctx - s->n_tokens - 1) /* room for the token after the last draft */
+				k = e->n_ctx - s->n_tokens - 1;
+			if (k > budget)
+				k = budget;
+			if (k <= 0)
+				continue;
+			if (dr->has_q && s->req->sampling.temp > 0 && !s->q &&
+			    !(s->q = malloc((size_t)ENGINE_DRAFT_MAX * e->n_vocab * sizeof *s->q)))
+				continue;
+			e->asks[n] = (struct spec_ask){
+				.state = s->dstate, .tokens = s->tokens, .n_tokens = s->n_tokens, .max = k,
+				.sampling = &s->req->sampling, .out = s->drafts, .q = s->q,
+			};
+			e->ask_seq[n++] = s;
+			budget -= k;
+		}
+		if (!n)
+			continue;
+		dr->propose(dr, e->asks, n);
+		for (int i = 0; i < n; i++) {
+			int got = e->asks[i].n_out;
+			e->ask_seq[i]->n_draft = got < 0 ? 0 : got > e->asks[i].max ? e->asks[i].max : got;
+			total += e->ask_seq[i]->n_draft;
+		}
+	}
+	if (total && !logit_room(e, total))
+		for (int i = 0; i < e->n_running; i++)
+			e->running[i]->n_draft = 0;
+}
+
 int engine_step(struct engine *e)
 {
 	pthread_mutex_lock(&e->lock);
@@ -956,6 +1206,7 @@ int engine_step(struct engine *e)
 		restore_done(e);
 	}
 	apply_cancels(e);
+	propose_drafts(e);
 	struct plan p;
 	schedule(e, &p);
 	if (e->tier) {
@@ -1065,6 +1316,14 @@ void engine_destroy(struct engine *e)
 			finish(e, s, FINISH_CANCEL, 0, "engine shut down");
 		}
 	}
+	if (e->ngram)
+		e->ngram->destroy(e->ngram);
+	if (e->own_draft)
+		e->draft->destroy(e->draft);
+	free(e->asks);
+	free(e->ask_seq);
+	free(e->b_draft);
+	free(e->vwork);
 	if (e->tier) {
 		/* what the pool caches goes down too, for the next start */
 		e->kv.evict = NULL;
@@ -1086,6 +1345,7 @@ void engine_destroy(struct engine *e)
 	free(e->logits);
 	free(e->lp_row);
 	gm_vocab_free(e->gm_vocab);
+	free(e->lp_rows);
 	if (e->kv.meta)
 		kv_pool_free(&e->kv);
 	pg_backend_close(e->be);

@@ -16,6 +16,20 @@
 struct model;
 struct tokenizer;
 struct engine;
+struct spec_drafter;
+
+/* Speculative decoding (docs/speculative.md): which drafter proposes a
+ * sequence's next tokens for the model to verify in one pass. */
+enum engine_spec {
+	ENGINE_SPEC_DEFAULT = 0, /* a request: the engine's default */
+	ENGINE_SPEC_OFF = 1,
+	ENGINE_SPEC_NGRAM = 2,   /* prompt lookup: what followed the sequence's tail earlier */
+	ENGINE_SPEC_DRAFT = 3,   /* a draft model */
+};
+#define ENGINE_DRAFT_MAX 16 /* draft tokens a sequence verifies per step, at most */
+const char *engine_spec_name(enum engine_spec k);
+/* "off", "ngram", "draft" (or "none"); -1 for anything else. */
+int engine_spec_parse(const char *s);
 
 struct engine_opts {
 	const char *model_path;
@@ -45,6 +59,16 @@ struct engine_opts {
 	/* The KV cache's types, as llama.cpp's -ctk/-ctv name them
 	 * (PG_KV_TYPE_NAMES, kernels/types.h); NULL: f16. */
 	const char *cache_type_k, *cache_type_v;
+	/* Speculative decoding: the drafter of requests that name none
+	 * (DEFAULT: draft with a draft model, else off), a draft model (a GGUF
+	 * with this model's vocabulary, its own KV blocks), and the most draft
+	 * tokens a sequence verifies per step (0: 8). */
+	enum engine_spec speculative;
+	const char *draft_model;
+	int draft_max;
+	/* A drafter of the caller's, serving ENGINE_SPEC_DRAFT instead of a
+	 * draft model (tests); not owned. */
+	struct spec_drafter *drafter;
 };
 
 struct sampling {
@@ -81,6 +105,9 @@ enum engine_err {
 struct req_timings {
 	uint64_t t_submit_ns, t_admit_ns, t_first_ns, t_done_ns; /* CLOCK_MONOTONIC */
 	int n_prompt, n_cached, n_gen;
+	/* draft tokens verified, of those accepted; model passes that gave
+	 * this request tokens (n_gen / n_passes: tokens per pass) */
+	int n_drafted, n_accepted, n_passes;
 };
 
 #define ENGINE_MAX_STOP 4
@@ -115,6 +142,8 @@ struct engine_req {
 	int constraint_kind;
 	const char *constraint;
 	size_t constraint_len;
+	enum engine_spec spec;      /* DEFAULT: the engine's */
+	int draft_max;              /* 0: the engine's; at most ENGINE_DRAFT_MAX */
 };
 
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen);
@@ -180,6 +209,11 @@ struct engine_stats {
 	const char *kv_type_k, *kv_type_v;
 	int64_t kv_tokens_total;
 	int64_t kv_block_bytes;
+	/* speculative decoding, over the requests that speculate: draft
+	 * tokens verified and accepted, model passes that gave them tokens,
+	 * and those tokens (spec_tokens / spec_passes: tokens per pass) */
+	uint64_t spec_drafted, spec_accepted, spec_passes, spec_tokens;
+	char spec_default[8]; /* "off", "ngram", "draft" */
 };
 #define ENGINE_LAT_WINDOW 1024
 void engine_get_stats(struct engine *e, struct engine_stats *s); /* thread-safe */

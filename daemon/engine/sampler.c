@@ -204,3 +204,65 @@ int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history,
 	}
 	return s->idx[m - 1];
 }
+
+void sampler_dist(struct sampler *s, float *logits, const int32_t *history, int n_history, float *p)
+{
+	apply_penalty(s, logits, history, n_history);
+	memset(p, 0, s->n_vocab * sizeof *p);
+	if (s->p.temp <= 0) {
+		p[sampler_argmax(logits, s->n_vocab)] = 1;
+		return;
+	}
+	/* sampler_sample's chain, kept as weights instead of drawn from */
+	int m = sorted_candidates(s, logits);
+	float maxl = logits[s->idx[0]];
+	double sum = 0;
+	for (int i = 0; i < m; i++)
+		sum += (s->val[i] = expf(logits[s->idx[i]] - maxl));
+	if (s->p.top_p < 1.0f) {
+		double cum = 0;
+		for (int i = 0; i < m; i++) {
+			cum += s->val[i] / sum;
+			if (cum >= s->p.top_p) {
+				m = i + 1;
+				break;
+			}
+		}
+	}
+	if (s->p.min_p > 0) {
+		int keep = 1;
+		while (keep < m && s->val[keep] >= s->p.min_p * s->val[0])
+			keep++;
+		m = keep;
+	}
+	sum = 0;
+	for (int i = 0; i < m; i++)
+		sum += (s->val[i] = expf((logits[s->idx[i]] - maxl) / s->p.temp));
+	for (int i = 0; i < m; i++)
+		p[s->idx[i]] = (float)(s->val[i] / sum);
+}
+
+double sampler_uniform(struct sampler *s)
+{
+	return (double)(next_u64(s->rng) >> 11) * 0x1.0p-53;
+}
+
+int32_t sampler_draw(struct sampler *s, const float *w, int n)
+{
+	double sum = 0;
+	int last = 0;
+	for (int i = 0; i < n; i++)
+		if (w[i] > 0) {
+			sum += w[i];
+			last = i;
+		}
+	double r = sampler_uniform(s) * sum;
+	for (int i = 0; i < n; i++) {
+		if (w[i] <= 0)
+			continue;
+		r -= w[i];
+		if (r < 0)
+			return i;
+	}
+	return last;
+}

@@ -22,5 +22,12 @@ void sampler_free(struct sampler *s);
  * logits may be modified. */
 int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history, int n_history);
 int32_t sampler_argmax(const float *logits, int n);
+/* The distribution sampler_sample draws from, dense: p[n_vocab] sums to 1
+ * (greedy: 1 at the argmax). logits may be modified. */
+void sampler_dist(struct sampler *s, float *logits, const int32_t *history, int n_history, float *p);
+/* Uniform in [0, 1), from the sampler's stream. */
+double sampler_uniform(struct sampler *s);
+/* An index drawn in proportion to w[0, n) (w >= 0, not all 0). */
+int32_t sampler_draw(struct sampler *s, const float *w, int n);
 
 #endif
