@@ -389,6 +389,12 @@ static int fill_params(struct pg_sqe *e, const struct pagoda_params *p)
 	}
 	if (p->max_tokens <= 0 || p->n_stop < 0 || p->n_stop > PAGODA_MAX_STOP)
 		return PAGODA_E_INVAL;
+	if (p->speculative < PAGODA_SPEC_DEFAULT || p->speculative > PAGODA_SPEC_DRAFT || p->draft_max < 0 ||
+	    p->draft_max > PG_DRAFT_MAX)
+		return PAGODA_E_INVAL;
+	_Static_assert((int)PAGODA_SPEC_NGRAM == (int)PG_SPEC_NGRAM && (int)PAGODA_SPEC_DRAFT == (int)PG_SPEC_DRAFT,
+		       "enum pagoda_spec is enum pg_spec");
+	e->flags |= (uint32_t)p->speculative << PG_SUBMIT_SPEC_SHIFT | (uint32_t)p->draft_max << PG_SUBMIT_DRAFT_SHIFT;
 	e->max_tokens = p->max_tokens;
 	e->temp = p->temp;
 	e->top_k = p->top_k;
@@ -419,8 +425,8 @@ static int submit_rec(pagoda_t *pg, uint64_t rec_id, uint32_t off, size_t len, u
 	if (rc < 0)
 		return rc;
 	e.op = PG_OP_SUBMIT;
-	e.flags = kind | (p && (p->flags & PAGODA_CLAMP_MAX_TOKENS) ? PG_SUBMIT_CLAMP : 0) |
-		  (p && (p->flags & PAGODA_LOGPROBS) ? PG_SUBMIT_LOGPROBS : 0);
+	e.flags |= kind | (p && (p->flags & PAGODA_CLAMP_MAX_TOKENS) ? PG_SUBMIT_CLAMP : 0) |
+		   (p && (p->flags & PAGODA_LOGPROBS) ? PG_SUBMIT_LOGPROBS : 0);
 	e.prompt_off = off;
 	e.prompt_len = (uint32_t)len;
 	if ((rc = sq_push_locked(pg, &e, (int64_t)rec_id)) < 0)
@@ -561,6 +567,9 @@ static int parse_cqe(pagoda_t *pg, struct pagoda_event *ev)
 		ev->timings.n_prompt = c->u.done.n_prompt;
 		ev->timings.n_cached = c->u.done.n_cached;
 		ev->timings.n_gen = c->u.done.n_gen;
+		ev->timings.n_drafted = c->u.done.n_drafted;
+		ev->timings.n_accepted = c->u.done.n_accepted;
+		ev->timings.n_passes = c->u.done.n_passes;
 		atomic_fetch_sub(&pg->inflight, 1);
 		return 0;
 	case PG_CQE_ERROR: {

@@ -94,6 +94,18 @@ struct pagoda_params {
 	 * scopes never share cached prompt blocks with it (for a client that
 	 * serves several tenants). */
 	uint32_t cache_scope;
+	/* Speculative decoding: PAGODA_SPEC_DEFAULT (the daemon's setting),
+	 * _OFF, _NGRAM (prompt lookup) or _DRAFT (the daemon's draft model);
+	 * the output is the same, only faster where the drafts are right. */
+	int speculative;
+	int draft_max;         /* draft tokens per step, 0..PAGODA_DRAFT_MAX; 0: the daemon's */
+};
+#define PAGODA_DRAFT_MAX 16
+enum pagoda_spec {
+	PAGODA_SPEC_DEFAULT = 0,
+	PAGODA_SPEC_OFF = 1,
+	PAGODA_SPEC_NGRAM = 2,
+	PAGODA_SPEC_DRAFT = 3,
 };
 /* max_tokens is cut to the context left after the prompt instead of the
  * request failing with PAGODA_E_CONTEXT. */
@@ -167,6 +179,9 @@ const char *pagoda_finish_name(int finish);
 struct pagoda_timings {
 	uint64_t t_submit_ns, t_admit_ns, t_first_ns, t_done_ns; /* CLOCK_MONOTONIC */
 	int n_prompt, n_cached, n_gen;
+	/* speculative decoding: draft tokens verified, of those accepted;
+	 * model passes that gave tokens (n_gen / n_passes: tokens per pass) */
+	int n_drafted, n_accepted, n_passes;
 };
 struct pagoda_stats {
 	int running, waiting, clients, inflight, n_ctx, draining;

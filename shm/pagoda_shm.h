@@ -145,6 +145,21 @@ enum pg_sqe_op {
  * tok.has_logprob set). */
 #define PG_SUBMIT_LOGPROBS 0x100u
 
+/* Speculative decoding (docs/speculative.md), in the submit flags: the
+ * drafter, an enum pg_spec, in bits 16-17, and the draft tokens a step
+ * verifies, 0..PG_DRAFT_MAX (0: the daemon's setting), in bits 20-24. */
+#define PG_SUBMIT_SPEC_SHIFT 16
+#define PG_SUBMIT_SPEC_MASK (3u << PG_SUBMIT_SPEC_SHIFT)
+#define PG_SUBMIT_DRAFT_SHIFT 20
+#define PG_SUBMIT_DRAFT_MASK (31u << PG_SUBMIT_DRAFT_SHIFT)
+enum pg_spec {
+	PG_SPEC_DEFAULT = 0, /* the daemon's setting */
+	PG_SPEC_OFF = 1,
+	PG_SPEC_NGRAM = 2,   /* prompt lookup */
+	PG_SPEC_DRAFT = 3,   /* the daemon's draft model */
+};
+#define PG_DRAFT_MAX 16
+
 struct pg_sqe {
 	uint32_t op;
 	uint32_t flags;
@@ -202,6 +217,9 @@ struct pg_cqe {
 			uint32_t finish; /* enum pg_finish */
 			int32_t n_prompt, n_cached, n_gen;
 			uint64_t t_submit_ns, t_admit_ns, t_first_ns, t_done_ns; /* CLOCK_MONOTONIC */
+			/* speculative decoding: draft tokens verified, accepted;
+			 * model passes that gave tokens (0 from an older daemon) */
+			int32_t n_drafted, n_accepted, n_passes;
 		} done;
 		struct {
 			uint32_t code; /* enum pg_err */

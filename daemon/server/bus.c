@@ -29,6 +29,7 @@ enum field {
 	F_PROMPT, F_GEN, F_RATE, F_HIT, F_KV_TOTAL, F_KV_USED, F_KV_CACHED, F_PREEMPT,
 	F_OFF_IN, F_OFF_OUT, F_TTFT50, F_TTFT99, F_ITL50, F_ITL99,
 	F_KV_TYPE_K, F_KV_TYPE_V, F_KV_TOKENS,
+	F_SPEC_DEFAULT, F_SPEC_DRAFTED, F_SPEC_ACCEPTED, F_SPEC_RATE, F_SPEC_TPP,
 	NPROP,
 	/* Stats() only */
 	F_CACHED_PROMPT = NPROP, F_PREFILL, F_DECODE, F_STEPS, F_KV_WASTE, F_INFLIGHT,
@@ -79,6 +80,11 @@ static const struct fdef fields[NFIELD] = {
 	[F_KV_TYPE_K] = { "KVCacheTypeK", 's', false },
 	[F_KV_TYPE_V] = { "KVCacheTypeV", 's', false },
 	[F_KV_TOKENS] = { "KVTokensTotal", 't', false },
+	[F_SPEC_DEFAULT] = { "Speculative", 's', true },
+	[F_SPEC_DRAFTED] = { "SpecDraftedTokens", 't', true },
+	[F_SPEC_ACCEPTED] = { "SpecAcceptedTokens", 't', true },
+	[F_SPEC_RATE] = { "SpecAcceptanceRate", 'd', true },
+	[F_SPEC_TPP] = { "SpecTokensPerPass", 'd', true },
 	[F_CACHED_PROMPT] = { "CachedPromptTokens", 't', false },
 	[F_PREFILL] = { "PrefillTokens", 't', false },
 	[F_DECODE] = { "DecodeTokens", 't', false },
@@ -120,6 +126,7 @@ struct pbus {
 	struct policy pol;
 	char group_name[64];
 	char backend[96];
+	char spec_default[8]; /* the engine's, a copy that outlives the snapshot */
 	uint64_t next_tick, next_retry;
 	bool warned;
 	struct val last[NPROP];
@@ -195,6 +202,12 @@ static void snapshot_now(struct pbus *b, struct val *v)
 		v[F_TTFT99].u = st.ttft_p99 / 1000;
 		v[F_ITL50].u = st.itl_p50 / 1000;
 		v[F_ITL99].u = st.itl_p99 / 1000;
+		v[F_SPEC_DEFAULT].s = b->spec_default;
+		snprintf(b->spec_default, sizeof b->spec_default, "%s", st.spec_default);
+		v[F_SPEC_DRAFTED].u = st.spec_drafted;
+		v[F_SPEC_ACCEPTED].u = st.spec_accepted;
+		v[F_SPEC_RATE].d = st.spec_drafted ? (double)st.spec_accepted / (double)st.spec_drafted : 0.0;
+		v[F_SPEC_TPP].d = st.spec_passes ? (double)st.spec_tokens / (double)st.spec_passes : 0.0;
 		v[F_CACHED_PROMPT].u = st.cached_prompt_tokens;
 		v[F_PREFILL].u = st.prefill_tokens;
 		v[F_DECODE].u = st.decode_tokens;
@@ -482,6 +495,11 @@ static const sd_bus_vtable vtable[] = {
 	SD_BUS_PROPERTY("KVCacheTypeK", "s", get_prop, 0, 0),
 	SD_BUS_PROPERTY("KVCacheTypeV", "s", get_prop, 0, 0),
 	SD_BUS_PROPERTY("KVTokensTotal", "t", get_prop, 0, 0),
+	PS("Speculative", "s"),
+	PS("SpecDraftedTokens", "t"),
+	PS("SpecAcceptedTokens", "t"),
+	PS("SpecAcceptanceRate", "d"),
+	PS("SpecTokensPerPass", "d"),
 	SD_BUS_METHOD("Drain", "", "", m_drain, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD("Reload", "", "", m_reload, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD("DropPrefixCache", "", "", m_drop, SD_BUS_VTABLE_UNPRIVILEGED),

@@ -60,6 +60,10 @@ static const struct key keys[] = {
 	{ "prefix-cache-scope", 0, K_STR, F(prefix_cache_scope), true,
 	  "who shares cached prompt blocks: user (default), group (primary group) or global" },
 	{ "bus", 0, K_STR, F(bus), false, "D-Bus: system, session, none or auto (default: system bus for a system service)" },
+	{ "speculative", 0, K_STR, F(speculative), false,
+	  "speculative decoding for requests that ask for none: off, ngram or draft (default: draft with a draft model, else off)" },
+	{ "draft-model", 0, K_STR, F(draft_model), false, "draft model for speculative decoding (a GGUF with the model's vocabulary)" },
+	{ "draft-max", 0, K_INT, F(draft_max), false, "draft tokens a sequence verifies per step, 1..16 (0: 8)" },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

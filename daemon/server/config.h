@@ -41,6 +41,9 @@ struct srv_config {
 	char prefix_cache_scope[16]; /* user, group, global */
 
 	uint64_t set_by_flag; /* bit per key */
+	char speculative[16]; /* off, ngram, draft; empty: the engine's default */
+	char draft_model[4096];
+	int draft_max;
 };
 
 void config_defaults(struct srv_config *c);

@@ -157,6 +157,11 @@ static int prepare(struct server *s, struct sreq *r, int32_t **owned, char *msg,
 	r->er.sampling.seed = e->seed;
 	r->er.cache_salt = cache_salt(s, r->c, e->cache_scope);
 	r->er.want_logprob = (e->flags & PG_SUBMIT_LOGPROBS) != 0;
+	_Static_assert((int)PG_SPEC_OFF == (int)ENGINE_SPEC_OFF && (int)PG_SPEC_NGRAM == (int)ENGINE_SPEC_NGRAM &&
+			       (int)PG_SPEC_DRAFT == (int)ENGINE_SPEC_DRAFT && PG_DRAFT_MAX == ENGINE_DRAFT_MAX,
+		       "enum pg_spec is enum engine_spec");
+	r->er.spec = (enum engine_spec)((e->flags & PG_SUBMIT_SPEC_MASK) >> PG_SUBMIT_SPEC_SHIFT);
+	r->er.draft_max = (int)((e->flags & PG_SUBMIT_DRAFT_MASK) >> PG_SUBMIT_DRAFT_SHIFT);
 	r->er.n_stop = (int)e->n_stop;
 	for (uint32_t i = 0; i < e->n_stop && i < ENGINE_MAX_STOP; i++) {
 		memcpy(r->er.stop[i], e->stop[i], e->stop_len[i]);

@@ -142,8 +142,18 @@ static struct engine *load(struct srv_config *cfg, struct pbus *bus, const sigse
 			.offload_fault = getenv("PAGODA_OFFLOAD_FAULT"),
 			.log = on_engine_log,
 			.progress = on_progress,
+			.draft_model = cfg->draft_model,
+			.draft_max = cfg->draft_max,
 		},
 	};
+	if (cfg->speculative[0]) {
+		int k = engine_spec_parse(cfg->speculative);
+		if (k < 0) {
+			log_msg(LOG_CRIT, "speculative: '%s' is none of off, ngram, draft", cfg->speculative);
+			return NULL;
+		}
+		l.eo.speculative = (enum engine_spec)k;
+	}
 	l.eo.progress_user = &l;
 	const char *slash = strrchr(cfg->model, '/');
 	l.base = slash ? slash + 1 : cfg->model;
@@ -235,6 +245,11 @@ static struct engine *load(struct srv_config *cfg, struct pbus *bus, const sigse
 	engine_backend_describe(l.e, be, sizeof be);
 	const char *note = engine_backend_note(l.e);
 	log_msg(LOG_INFO, "backend %s%s%s", be, note[0] ? ": " : "", note);
+	struct engine_stats st;
+	engine_get_stats(l.e, &st);
+	if (strcmp(st.spec_default, "off") || cfg->draft_model[0])
+		log_msg(LOG_INFO, "speculative decoding by default: %s%s%s", st.spec_default,
+			cfg->draft_model[0] ? "; draft model " : "", cfg->draft_model);
 	notify_set_progress(1.0);
 	return l.e;
 }

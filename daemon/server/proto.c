@@ -88,7 +88,8 @@ int proto_sqe_check(const struct proto_conn *p, const struct pg_sqe *e, char *ms
 	default:
 		return hard(msg, len, "unknown opcode");
 	}
-	if (e->flags & ~(PG_SUBMIT_IDS | PG_SUBMIT_CLAMP | PG_SUBMIT_CHAT | PG_SUBMIT_LOGPROBS))
+	if (e->flags & ~(PG_SUBMIT_IDS | PG_SUBMIT_CLAMP | PG_SUBMIT_CHAT | PG_SUBMIT_LOGPROBS | PG_SUBMIT_SPEC_MASK |
+			 PG_SUBMIT_DRAFT_MASK))
 		return hard(msg, len, "unknown submit flags");
 	if ((e->flags & PG_SUBMIT_IDS) && (e->flags & PG_SUBMIT_CHAT))
 		return hard(msg, len, "a chat request is JSON text, not token ids");
@@ -114,6 +115,8 @@ int proto_sqe_check(const struct proto_conn *p, const struct pg_sqe *e, char *ms
 		return bad(msg, len, "top_k negative");
 	if (e->repeat_last_n < -1 || (p->lay.n_ctx > 0 && e->repeat_last_n > p->lay.n_ctx))
 		return bad(msg, len, "repeat_last_n out of range");
+	if ((e->flags & PG_SUBMIT_DRAFT_MASK) >> PG_SUBMIT_DRAFT_SHIFT > PG_DRAFT_MAX)
+		return bad(msg, len, "draft_max out of range");
 	if (e->n_stop > PG_MAX_STOP)
 		return hard(msg, len, "too many stop strings");
 	for (uint32_t i = 0; i < e->n_stop; i++) {

@@ -73,6 +73,9 @@ void sq_on_done(struct engine_req *er, enum finish_reason why, int err, const ch
 		e.u.done.t_admit_ns = er->timings.t_admit_ns;
 		e.u.done.t_first_ns = er->timings.t_first_ns;
 		e.u.done.t_done_ns = er->timings.t_done_ns;
+		e.u.done.n_drafted = er->timings.n_drafted;
+		e.u.done.n_accepted = er->timings.n_accepted;
+		e.u.done.n_passes = er->timings.n_passes;
 	}
 	pthread_mutex_lock(&c->lock);
 	cq_emit(c, &e, NULL, 0);

@@ -30,7 +30,7 @@ export DBUS_SYSTEM_BUS_ADDRESS
 if "$B/pagoda" status --session >"$D/none" 2>&1; then bad "status without a daemon succeeded"; else ok; fi
 grep -q "pagodad not found" "$D/none" && ok || bad "unclear message without a daemon: $(cat "$D/none")"
 
-"$B/pagodad" --model "$M" --socket "$S" --threads 2 --bus session 2>"$D/log" &
+"$B/pagodad" --model "$M" --socket "$S" --threads 2 --bus session --speculative ngram 2>"$D/log" &
 DP=$!
 i=0
 until "$B/pagoda" status --session --json 2>/dev/null | grep -q '"State":"serving"'; do
@@ -45,7 +45,8 @@ done
 [ -n "${PAGODA_SHOW:-}" ] && cat "$D/human" >&2
 for want in "pagodad: serving" "on the session bus" "model     llama (llama" "F32" "context 2048" \
 	"backend   cpu (" "2 accepted, 2 finished, 0 failed, 0 cancelled" "24 generated" "prefix hits" \
-	"KV blocks" "kv        K f16, V f16; the pool holds" "first token p50" "between tokens p50"; do
+	"KV blocks" "kv        K f16, V f16; the pool holds" "first token p50" "between tokens p50" \
+	"speculate ngram by default"; do
 	grep -qF "$want" "$D/human" && ok || bad "status lacks '$want'"
 done
 "$B/pagoda" status --session --json >"$D/json" && ok || bad "status --json"
@@ -67,6 +68,9 @@ for k in ("RequestsFailed", "RequestsCancelled", "PromptTokens", "KVBlocksUsed",
           "Preemptions", "OffloadBytesIn", "OffloadBytesOut", "TTFTP99USec", "ITLP50USec", "ITLP99USec",
           "ModelName", "TokensPerSecond", "RequestsRunning", "RequestsWaiting", "Clients", "LoadProgress"):
     assert k in j, k
+assert j["Speculative"] == "ngram", j["Speculative"]
+assert 0 <= j["SpecAcceptedTokens"] <= j["SpecDraftedTokens"], j
+assert 0 <= j["SpecAcceptanceRate"] <= 1 and j["SpecTokensPerPass"] >= 1, j
 PY
 if "$B/pagoda" status --system >/dev/null 2>&1; then bad "--system found a daemon on a missing bus"; else ok; fi
 # busctl sees the same object

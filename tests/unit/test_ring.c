@@ -214,6 +214,13 @@ START_TEST(sqe_checks)
 	b = e;
 	b.flags = 0x80;
 	ck_assert_int_eq(proto_sqe_check(&pc, &b, msg, sizeof msg), -1);
+	b.flags = 1u << 26;
+	ck_assert_int_eq(proto_sqe_check(&pc, &b, msg, sizeof msg), -1);
+	/* speculative decoding's settings: a drafter, a draft length in range */
+	b.flags = PG_SPEC_DRAFT << PG_SUBMIT_SPEC_SHIFT | (uint32_t)PG_DRAFT_MAX << PG_SUBMIT_DRAFT_SHIFT;
+	ck_assert_int_eq(proto_sqe_check(&pc, &b, msg, sizeof msg), PG_OK);
+	b.flags = (PG_DRAFT_MAX + 1u) << PG_SUBMIT_DRAFT_SHIFT;
+	ck_assert_int_eq(proto_sqe_check(&pc, &b, msg, sizeof msg), PG_E_INVALID);
 	b = e;
 	b.prompt_off = 4000;
 	b.prompt_len = 97; /* 4097 > 4096 */

@@ -37,6 +37,7 @@ struct load_opts {
 	uint64_t seed;
 	double timeout_s;  /* longest wait for one event */
 	const char *label;
+	int spec, draft_max; /* pagoda_params.speculative, draft_max */
 };
 
 struct req_rec {
@@ -44,6 +45,7 @@ struct req_rec {
 	double decode_rate; /* tokens/s of this stream after its first token */
 	int n_prompt, n_cached, n_gen, n_seen;
 	int finish, error;
+	int n_drafted, n_accepted, n_passes;
 	bool ok;
 	uint64_t t_done;
 };
@@ -161,6 +163,8 @@ static void run_one(struct worker *w, long idx, uint64_t t_arrival)
 	p.temp = (float)o->temp;
 	p.seed = o->seed + (uint64_t)idx;
 	p.flags = PAGODA_CLAMP_MAX_TOKENS;
+	p.speculative = o->spec;
+	p.draft_max = o->draft_max;
 	uint64_t id;
 	atomic_fetch_add(&r->inflight, 1);
 	int rc = pagoda_submit_ids(w->pg, w->ids, n_ids, &p, &id);
@@ -192,6 +196,9 @@ static void run_one(struct worker *w, long idx, uint64_t t_arrival)
 			rec.n_prompt = tm->n_prompt;
 			rec.n_cached = tm->n_cached;
 			rec.n_gen = tm->n_gen;
+			rec.n_drafted = tm->n_drafted;
+			rec.n_accepted = tm->n_accepted;
+			rec.n_passes = tm->n_passes;
 			if (tm->t_admit_ns >= tm->t_submit_ns)
 				rec.queue_ms = (double)(tm->t_admit_ns - tm->t_submit_ns) / 1e6;
 			if (tm->t_first_ns >= tm->t_admit_ns && tm->t_first_ns)
@@ -320,6 +327,8 @@ static void usage_load(FILE *f)
 		"      --seed S          prompts and sampling seed (default 1)\n"
 		"      --timeout S       longest wait for one event before giving up (default 600)\n"
 		"      --label TEXT      name of this run in the output\n"
+		"      --speculative K   speculative decoding: off, ngram or draft (default: the daemon's)\n"
+		"      --draft-max N     draft tokens per step, 1..16 (default: the daemon's)\n"
 		"Prompts are random token ids (submitted as ids, so no tokenizer is involved).\n"
 		"Output length is a maximum: a request may end early at end of text.\n");
 }
@@ -377,7 +386,18 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 			o.seed = (uint64_t)d;
 		else if (!strcmp(a, "--timeout"))
 			ok = arg_double(a, v, 0.1, 1e6, &o.timeout_s);
-		else if (!strcmp(a, "--label"))
+		else if (!strcmp(a, "--speculative")) {
+			static const char *const kinds[] = { "default", "off", "ngram", "draft" };
+			o.spec = -1;
+			for (int k = 0; k < 4; k++)
+				if (!strcmp(v, kinds[k]))
+					o.spec = k;
+			ok = o.spec >= 0;
+		} else if (!strcmp(a, "--draft-max")) {
+			long lv = 0;
+			ok = arg_long(a, v, 1, PAGODA_DRAFT_MAX, &lv);
+			o.draft_max = (int)lv;
+		} else if (!strcmp(a, "--label"))
 			o.label = v;
 		else {
 			fprintf(stderr, "pagoda-bench: unknown option %s (see pagoda-bench load --help)\n", a);
@@ -441,6 +461,7 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 	size_t n_tpot = 0;
 	double sum_decode_rate = 0;
 	long long sum_prompt = 0, sum_cached = 0, sum_gen = 0, good_gen = 0, sum_seen = 0;
+	long long sum_drafted = 0, sum_accepted = 0, sum_passes = 0;
 	uint64_t t_end = r.t_start;
 	int finishes[5] = { 0 };
 	for (size_t i = 0; i < n; i++) {
@@ -458,6 +479,9 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 		sum_cached += q->n_cached;
 		sum_gen += q->n_gen;
 		sum_seen += q->n_seen;
+		sum_drafted += q->n_drafted;
+		sum_accepted += q->n_accepted;
+		sum_passes += q->n_passes;
 		sum_decode_rate += q->decode_rate;
 		if (q->t_done > t_end)
 			t_end = q->t_done;
@@ -506,6 +530,10 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 		       n_ok, n_failed, wall, (double)n_ok / wall, (double)sum_gen / wall,
 		       (double)(sum_gen + sum_prompt) / wall, sum_prompt, sum_cached, sum_gen, sum_seen, hit,
 		       sum_decode_rate);
+		printf("\"spec\":{\"drafted\":%lld,\"accepted\":%lld,\"passes\":%lld,\"acceptance\":%.4f,"
+		       "\"tokens_per_pass\":%.4f},",
+		       sum_drafted, sum_accepted, sum_passes, sum_drafted ? (double)sum_accepted / (double)sum_drafted : 0.0,
+		       sum_passes ? (double)sum_gen / (double)sum_passes : 0.0);
 		printf("\"finish\":{\"eos\":%d,\"length\":%d,\"stop\":%d,\"cancel\":%d},", finishes[1], finishes[2],
 		       finishes[3], finishes[4]);
 		printf("\"goodput\":{\"slo_ttft_ms\":%.3f,\"slo_tpot_ms\":%.3f,\"slo_e2e_ms\":%.3f,\"good\":%zu,"
@@ -544,6 +572,10 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 			printf("  decode       %.2f tok/s: the streams' decode rates added up (one wave of requests)\n",
 			       sum_decode_rate);
 		printf("  prefix cache %.1f%% of prompt tokens (%lld of %lld)\n", 100 * hit, sum_cached, sum_prompt);
+		if (sum_drafted)
+			printf("  speculative  %lld drafted, %lld accepted (%.1f%%), %.2f tokens per pass\n", sum_drafted,
+			       sum_accepted, 100.0 * (double)sum_accepted / (double)sum_drafted,
+			       sum_passes ? (double)sum_gen / (double)sum_passes : 0.0);
 		if (slo) {
 			printf("  goodput      %.3f req/s, %.2f output tok/s: %zu of %zu requests within", (double)n_good / wall,
 			       (double)good_gen / wall, n_good, n_ok);

@@ -23,6 +23,8 @@ static int usage(FILE *f)
 		   "                       /run/pagoda/pagoda.sock, $XDG_RUNTIME_DIR/pagoda.sock)\n"
 		   "  --ids                print generated token ids instead of text\n"
 		   "  --timings            print timings to stderr\n"
+		   SPEC_FLAGS_HELP
+		   "                       (draft: the daemon's --draft-model)\n"
 		   SAMPLING_FLAGS_HELP);
 	return f == stdout ? 0 : 2;
 }
@@ -73,6 +75,10 @@ int cmd_generate(int argc, char **argv)
 		}
 		else if ((!strcmp(a, "-n") || !strcmp(a, "--n-predict")) && opt_int(val, -1, 1 << 24, &v))
 			n_predict = v;
+		else if (!strcmp(a, "--speculative") && (v = engine_spec_parse(val)) >= 0)
+			par.speculative = (int)v;
+		else if (!strcmp(a, "--draft-max") && opt_int(val, 1, PAGODA_DRAFT_MAX, &v))
+			par.draft_max = (int)v;
 		else if (!strcmp(a, "--stop")) {
 			if (par.n_stop == PAGODA_MAX_STOP || !*val || strlen(val) > PAGODA_STOP_LEN) {
 				fprintf(stderr, "pagoda generate: at most %d stop strings of 1..%d bytes\n",
@@ -202,6 +208,10 @@ int cmd_generate(int argc, char **argv)
 				fprintf(stderr, "\npagoda: prompt %d tokens (%d cached) | generated %d tokens, %.2f tok/s | TTFT %.1f ms | %s\n",
 					t->n_prompt, t->n_cached, t->n_gen, gen > 0 ? (t->n_gen - 1) / gen : 0.0, ttft,
 					pagoda_finish_name(ev.finish));
+				if (t->n_drafted)
+					fprintf(stderr, "pagoda: speculative: %d drafted, %d accepted (%.1f%%), %.2f tokens per pass\n",
+						t->n_drafted, t->n_accepted, 100.0 * t->n_accepted / t->n_drafted,
+						t->n_passes ? (double)t->n_gen / t->n_passes : 0.0);
 			}
 			break;
 		} else if (ev.type == PAGODA_EV_ERROR) {

@@ -244,6 +244,11 @@ static void print_human(const struct props *ps, const char *bus)
 	printf("  latency   first token p50 %s, p99 %s; between tokens p50 %s, p99 %s\n",
 	       human_usec(U(ps, "TTFTP50USec"), a, sizeof a), human_usec(U(ps, "TTFTP99USec"), b, sizeof b),
 	       human_usec(U(ps, "ITLP50USec"), c, sizeof c), human_usec(U(ps, "ITLP99USec"), d, sizeof d));
+	if (U(ps, "SpecDraftedTokens") || (*S(ps, "Speculative") && strcmp(S(ps, "Speculative"), "off")))
+		printf("  speculate %s by default; %s drafted, %s accepted (%.1f%%), %.2f tokens per pass\n",
+		       S(ps, "Speculative"), grouped(U(ps, "SpecDraftedTokens"), a, sizeof a),
+		       grouped(U(ps, "SpecAcceptedTokens"), b, sizeof b), D(ps, "SpecAcceptanceRate") * 100,
+		       D(ps, "SpecTokensPerPass"));
 }
 
 /* GetAll from one bus: 0, or a negative errno with *why set. */

@@ -24,6 +24,11 @@ bool opt_float(const char *s, float *out);
 char *read_all(FILE *f, size_t *len);
 double ns_to_s(uint64_t ns);
 
+#define SPEC_FLAGS_HELP                                                                 \
+	"  --speculative KIND   speculative decoding: off, ngram (prompt lookup) or draft\n" \
+	"                       (a draft model); the same output, faster where guessed\n"   \
+	"  --draft-max N        draft tokens verified per step, 1..16 (default 8)\n"
+
 #define SAMPLING_FLAGS_HELP                                                             \
 	"  --temp T             temperature, 0 = greedy (default 0.8)\n"                  \
 	"  --top-k K            keep the K most likely tokens, 0 = off (default 40)\n"    \

@@ -60,6 +60,8 @@ static int usage(FILE *f)
 		   "  --json-schema FILE   the output is JSON valid against this schema (docs/grammar.md)\n"
 		   "  --regex RE           the output matches this regular expression\n"
 		   "  --grammar FILE       the output is a sentence of this GBNF grammar\n"
+		   SPEC_FLAGS_HELP
+		   "  --draft-model FILE   the draft model (a GGUF with the model's vocabulary; implies draft)\n"
 		   SAMPLING_FLAGS_HELP);
 	return f == stdout ? 0 : 2;
 }
@@ -73,6 +75,10 @@ static void report(const struct engine_req *r)
 	fprintf(stderr, "\npagoda: prompt %d tokens, %.2f tok/s | generated %d tokens, %.2f tok/s | TTFT %.1f ms\n",
 		t->n_prompt, prefill > 0 ? t->n_prompt / prefill : 0.0, t->n_gen,
 		gen > 0 ? (t->n_gen - 1) / gen : 0.0, ttft * 1e3);
+	if (t->n_drafted)
+		fprintf(stderr, "pagoda: speculative: %d drafted, %d accepted (%.1f%%), %.2f tokens per pass\n",
+			t->n_drafted, t->n_accepted, 100.0 * t->n_accepted / t->n_drafted,
+			t->n_passes ? (double)t->n_gen / t->n_passes : 0.0);
 }
 
 static void on_log(void *user, int level, const char *msg)
@@ -133,6 +139,10 @@ static void print_stats(struct engine *e)
 		(unsigned long long)st.requests_cancelled, (unsigned long long)st.steps,
 		(unsigned long long)st.preemptions, st.running, st.waiting);
 	print_offload(&st);
+	fprintf(stderr, "pagoda: speculative (%s by default): %llu drafted, %llu accepted (%.1f%%), %.2f tokens per pass\n",
+		st.spec_default, (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted,
+		st.spec_drafted ? 100.0 * st.spec_accepted / st.spec_drafted : 0.0,
+		st.spec_passes ? (double)st.spec_tokens / st.spec_passes : 0.0);
 }
 
 int cmd_run(int argc, char **argv)
@@ -198,6 +208,12 @@ int cmd_run(int argc, char **argv)
 			ckind = GM_REGEX, cre = val, cfile = NULL;
 		else if (!strcmp(a, "--offload-size") && opt_size(val, &eo.offload_size))
 			;
+		else if (!strcmp(a, "--speculative") && (v = engine_spec_parse(val)) >= 0)
+			eo.speculative = (enum engine_spec)v;
+		else if (!strcmp(a, "--draft-model"))
+			eo.draft_model = val;
+		else if (!strcmp(a, "--draft-max") && opt_int(val, 1, ENGINE_DRAFT_MAX, &v))
+			eo.draft_max = (int)v;
 		else {
 			fprintf(stderr, "pagoda run: bad option %s %s\n", a, val);
 			return usage(stderr);
