@@ -124,6 +124,15 @@ tier_tok=$(stat_of OffloadPromptTokens)
 if [ -n "$BT" ]; then
 	stop_bg $BT INT 30 2>>"$D/bt"
 	v() { sed -n "s/^@$1: //p" "$D/bt"; }
+	# bpftrace 0.17 now and then hangs at exit with -p and prints nothing
+	# (seen in full `make check` runs, not with pagoda-trace): a tracer
+	# fault, said as such; trace_tier.sh checks these probes with pagoda-trace.
+	if grep -q "still running 30 s after SIGINT" "$D/bt" && [ -z "$(v out)" ]; then
+		echo "note: bpftrace hung at exit and printed no maps: its probe counts are not checked in this run" >&2
+		BT=
+	fi
+fi
+if [ -n "$BT" ]; then
 	# a block of the tiny model: 16 tokens x 4 layers x 128 (K and V, f16)
 	[ "$(v 'hit\[1\]')" -ge 800 ] && ok || bad "kv__prefix_hit from the tier: $(cat "$D/bt")"
 	[ "$(v 'hit\[0\]')" -gt 0 ] && ok || bad "kv__prefix_hit from the pool: $(cat "$D/bt")"
