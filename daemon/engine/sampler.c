@@ -163,15 +163,12 @@ static int sorted_candidates(struct sampler *s, float *logits)
 	return m < k ? m : k;
 }
 
-int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history, int n_history)
+/* The truncation chain after top-k (the m sorted candidates): top-p and
+ * min-p on probabilities at temperature 1, as llama.cpp; leaves the
+ * survivors' weights at the sampling temperature in s->val, returns how
+ * many survive and their sum in *sum. */
+static int truncate_chain(struct sampler *s, const float *logits, int m, double *sum_out)
 {
-	apply_penalty(s, logits, history, n_history);
-	if (s->p.temp <= 0)
-		return sampler_argmax(logits, s->n_vocab);
-	int m = sorted_candidates(s, logits);
-	/* a constraint's -inf logits never make the cut, even by rounding */
-	while (m > 1 && logits[s->idx[m - 1]] == -INFINITY)
-		m--;
 	/* probabilities at temperature 1 for top-p and min-p, as llama.cpp */
 	float maxl = logits[s->idx[0]];
 	double sum = 0;
@@ -196,6 +193,21 @@ int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history,
 	sum = 0;
 	for (int i = 0; i < m; i++)
 		sum += (s->val[i] = expf((logits[s->idx[i]] - maxl) / s->p.temp));
+	*sum_out = sum;
+	return m;
+}
+
+int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history, int n_history)
+{
+	apply_penalty(s, logits, history, n_history);
+	if (s->p.temp <= 0)
+		return sampler_argmax(logits, s->n_vocab);
+	int m = sorted_candidates(s, logits);
+	/* a constraint's -inf logits never make the cut, even by rounding */
+	while (m > 1 && logits[s->idx[m - 1]] == -INFINITY)
+		m--;
+	double sum;
+	m = truncate_chain(s, logits, m, &sum);
 	double r = (double)(next_u64(s->rng) >> 11) * 0x1.0p-53 * sum;
 	for (int i = 0; i < m; i++) {
 		r -= s->val[i];
@@ -214,30 +226,8 @@ void sampler_dist(struct sampler *s, float *logits, const int32_t *history, int 
 		return;
 	}
 	/* sampler_sample's chain, kept as weights instead of drawn from */
-	int m = sorted_candidates(s, logits);
-	float maxl = logits[s->idx[0]];
-	double sum = 0;
-	for (int i = 0; i < m; i++)
-		sum += (s->val[i] = expf(logits[s->idx[i]] - maxl));
-	if (s->p.top_p < 1.0f) {
-		double cum = 0;
-		for (int i = 0; i < m; i++) {
-			cum += s->val[i] / sum;
-			if (cum >= s->p.top_p) {
-				m = i + 1;
-				break;
-			}
-		}
-	}
-	if (s->p.min_p > 0) {
-		int keep = 1;
-		while (keep < m && s->val[keep] >= s->p.min_p * s->val[0])
-			keep++;
-		m = keep;
-	}
-	sum = 0;
-	for (int i = 0; i < m; i++)
-		sum += (s->val[i] = expf((logits[s->idx[i]] - maxl) / s->p.temp));
+	double sum;
+	int m = truncate_chain(s, logits, sorted_candidates(s, logits), &sum);
 	for (int i = 0; i < m; i++)
 		p[s->idx[i]] = (float)(s->val[i] / sum);
 }
