@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <stdio.h>
@@ -47,6 +48,12 @@ struct pagoda {
 	bool pending; /* the last returned CQE is released on the next call */
 	bool sleep_first; /* the last wait outlasted a spin: skip the next one */
 	char msg[PG_MSG_LEN + 1];
+	/* PG_CQE_ALT entries gathered for the TOKEN entry that follows them */
+	uint64_t alt_req;
+	int n_alt;
+	bool alt_given; /* returned with a token: the next ALT starts afresh */
+	struct pagoda_top alt[PG_TOP_LOGPROBS];
+	char alt_text[PG_TOP_LOGPROBS][PG_CQ_TEXT_SLOT];
 
 	_Atomic int inflight;
 	_Atomic bool dead;
@@ -394,6 +401,14 @@ static int fill_params(struct pg_sqe *e, const struct pagoda_params *p)
 		return PAGODA_E_INVAL;
 	_Static_assert((int)PAGODA_SPEC_NGRAM == (int)PG_SPEC_NGRAM && (int)PAGODA_SPEC_DRAFT == (int)PG_SPEC_DRAFT,
 		       "enum pagoda_spec is enum pg_spec");
+	if (p->top_logprobs < 0 || p->top_logprobs > PAGODA_TOP_LOGPROBS ||
+	    (p->top_logprobs && !(p->flags & PAGODA_LOGPROBS)))
+		return PAGODA_E_INVAL;
+	if (!(fabsf(p->presence_penalty) <= 2) || !(fabsf(p->frequency_penalty) <= 2))
+		return PAGODA_E_INVAL;
+	if (p->constraint_kind < PAGODA_CONSTRAINT_NONE || p->constraint_kind > PAGODA_CONSTRAINT_GBNF ||
+	    (p->constraint_kind && !p->constraint))
+		return PAGODA_E_INVAL;
 	e->flags |= (uint32_t)p->speculative << PG_SUBMIT_SPEC_SHIFT | (uint32_t)p->draft_max << PG_SUBMIT_DRAFT_SHIFT;
 	e->max_tokens = p->max_tokens;
 	e->temp = p->temp;
@@ -415,6 +430,41 @@ static int fill_params(struct pg_sqe *e, const struct pagoda_params *p)
 	return 0;
 }
 
+/* The parameters the SQE has no room for, as an arena record of their own
+ * (PG_SUBMIT_EXT) when any is set: 0 with *ext_id (-1: none), or an
+ * error. Locked. */
+static int put_ext(pagoda_t *pg, const struct pagoda_params *p, struct pg_sqe *e, int64_t *ext_id)
+{
+	*ext_id = -1;
+	if (!p || (!p->presence_penalty && !p->frequency_penalty && !p->top_logprobs && !p->constraint_kind))
+		return 0;
+	size_t clen = !p->constraint_kind ? 0 : p->constraint_len ? p->constraint_len : strlen(p->constraint);
+	if (p->constraint_kind && clen == 0)
+		return PAGODA_E_INVAL;
+	struct pg_submit_ext x = {
+		.size = sizeof x,
+		.constraint_kind = (uint32_t)p->constraint_kind,
+		.constraint_len = (uint32_t)clen,
+		.top_logprobs = (uint32_t)p->top_logprobs,
+		.presence_penalty = p->presence_penalty,
+		.frequency_penalty = p->frequency_penalty,
+	};
+	if (clen > pg->lay.arena_size - sizeof x)
+		return PAGODA_E_TOOBIG;
+	uint64_t id;
+	uint32_t off;
+	int rc = alloc_locked(pg, sizeof x + clen, &id, &off);
+	if (rc < 0)
+		return rc;
+	memcpy(pg->arena + off, &x, sizeof x);
+	if (clen)
+		memcpy(pg->arena + off + sizeof x, p->constraint, clen);
+	e->flags |= PG_SUBMIT_EXT;
+	e->user = (uint64_t)off | (uint64_t)(sizeof x + clen) << 32;
+	*ext_id = (int64_t)id;
+	return 0;
+}
+
 /* kind: 0 (text), PG_SUBMIT_IDS or PG_SUBMIT_CHAT. */
 static int submit_rec(pagoda_t *pg, uint64_t rec_id, uint32_t off, size_t len, uint32_t kind,
 		      const struct pagoda_params *p, uint64_t *req_id)
@@ -429,8 +479,18 @@ static int submit_rec(pagoda_t *pg, uint64_t rec_id, uint32_t off, size_t len, u
 		   (p && (p->flags & PAGODA_LOGPROBS) ? PG_SUBMIT_LOGPROBS : 0);
 	e.prompt_off = off;
 	e.prompt_len = (uint32_t)len;
-	if ((rc = sq_push_locked(pg, &e, (int64_t)rec_id)) < 0)
+	int64_t ext_id;
+	if ((rc = put_ext(pg, p, &e, &ext_id)) < 0)
 		return rc;
+	if ((rc = sq_push_locked(pg, &e, (int64_t)rec_id)) < 0) {
+		if (ext_id >= 0) {
+			pg_arena_discard(&pg->ar, (uint64_t)ext_id);
+			arena_reclaim(pg);
+		}
+		return rc;
+	}
+	if (ext_id >= 0) /* same SQ position: freed with the prompt */
+		pg_arena_submitted(&pg->ar, (uint64_t)ext_id, pg->sq_tail - 1);
 	atomic_fetch_add(&pg->inflight, 1);
 	if (req_id)
 		*req_id = e.req_id;
@@ -532,6 +592,39 @@ static void release_pending(pagoda_t *pg)
 		wake_daemon(pg);
 }
 
+/* A token entry's text (inline or in its slot), or NULL if malformed. */
+static const char *cqe_text(const pagoda_t *pg, const struct pg_cqe *c, uint32_t slot, size_t len)
+{
+	if (c->flags & PG_CQE_F_SLOT)
+		return len <= pg->lay.cq_text_slot ? pg->cq_text + (size_t)slot * pg->lay.cq_text_slot : NULL;
+	return len <= PG_CQE_INLINE ? c->u.tok.text : NULL;
+}
+
+/* Keeps an alternative until its TOKEN entry comes: 1, or PAGODA_E_PROTO. */
+static int gather_alt(pagoda_t *pg, const struct pg_cqe *c, uint32_t slot)
+{
+	size_t len = c->u.tok.len;
+	const char *text = cqe_text(pg, c, slot, len);
+	if (!text)
+		return PAGODA_E_PROTO;
+	if (pg->alt_given || pg->alt_req != c->req_id) {
+		pg->n_alt = 0;
+		pg->alt_given = false;
+		pg->alt_req = c->req_id;
+	}
+	if (pg->n_alt == PG_TOP_LOGPROBS)
+		return 1;
+	struct pagoda_top *t = &pg->alt[pg->n_alt];
+	memcpy(pg->alt_text[pg->n_alt], text, len);
+	t->token = c->u.tok.token;
+	t->logprob = c->u.tok.logprob;
+	t->text = pg->alt_text[pg->n_alt];
+	t->len = len;
+	pg->n_alt++;
+	return 1;
+}
+
+/* 0 and *ev, 1 for an entry consumed without an event, or an error. */
 static int parse_cqe(pagoda_t *pg, struct pagoda_event *ev)
 {
 	uint32_t slot = pg->cq_head & (pg->lay.cq_entries - 1);
@@ -539,6 +632,8 @@ static int parse_cqe(pagoda_t *pg, struct pagoda_event *ev)
 	memset(ev, 0, sizeof *ev);
 	ev->req_id = c->req_id;
 	switch (c->type) {
+	case PG_CQE_ALT:
+		return gather_alt(pg, c, slot);
 	case PG_CQE_TOKEN:
 		ev->type = PAGODA_EV_TOKEN;
 		ev->token = c->u.tok.token;
@@ -547,14 +642,12 @@ static int parse_cqe(pagoda_t *pg, struct pagoda_event *ev)
 			ev->logprob = c->u.tok.logprob;
 			ev->has_logprob = true;
 		}
-		if (c->flags & PG_CQE_F_SLOT) {
-			if (ev->len > pg->lay.cq_text_slot)
-				return PAGODA_E_PROTO;
-			ev->text = pg->cq_text + (size_t)slot * pg->lay.cq_text_slot;
-		} else {
-			if (ev->len > PG_CQE_INLINE)
-				return PAGODA_E_PROTO;
-			ev->text = c->u.tok.text;
+		if (!(ev->text = cqe_text(pg, c, slot, ev->len)))
+			return PAGODA_E_PROTO;
+		if (ev->token >= 0 && pg->n_alt && !pg->alt_given && pg->alt_req == ev->req_id) {
+			ev->top = pg->alt;
+			ev->n_top = pg->n_alt;
+			pg->alt_given = true;
 		}
 		return 0;
 	case PG_CQE_DONE:
@@ -638,6 +731,11 @@ int pagoda_next(pagoda_t *pg, struct pagoda_event *ev, int timeout_ms)
 			if (t_empty)
 				pg->sleep_first = now_ns() - t_empty > SPIN_WORTH_NS;
 			rc = parse_cqe(pg, ev);
+			if (rc == 1) { /* kept for the next event: release it now */
+				pg->pending = true;
+				release_pending(pg);
+				continue;
+			}
 			if (rc == 0)
 				pg->pending = true;
 			break;

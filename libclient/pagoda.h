@@ -99,7 +99,29 @@ struct pagoda_params {
 	 * the output is the same, only faster where the drafts are right. */
 	int speculative;
 	int draft_max;         /* draft tokens per step, 0..PAGODA_DRAFT_MAX; 0: the daemon's */
+	/* OpenAI's penalties over the output so far, -2..2 (0: off): a token's
+	 * logit drops by presence_penalty once it occurred, and by
+	 * frequency_penalty times the number of times it did. */
+	float presence_penalty, frequency_penalty;
+	/* With PAGODA_LOGPROBS: each token event also carries the step's
+	 * top_logprobs most likely tokens (0..PAGODA_TOP_LOGPROBS). */
+	int top_logprobs;
+	/* Structured output (docs/grammar.md): every token keeps the output
+	 * inside a JSON Schema, a regular expression (matching the whole
+	 * output) or a GBNF grammar, and the end of generation comes only
+	 * where it is complete. A constraint that does not compile fails the
+	 * request with PAGODA_E_INVALID_REQ naming why. */
+	int constraint_kind;    /* enum pagoda_constraint */
+	const char *constraint; /* its text */
+	size_t constraint_len;  /* 0: strlen(constraint) */
 };
+enum pagoda_constraint {
+	PAGODA_CONSTRAINT_NONE = 0,
+	PAGODA_CONSTRAINT_JSON_SCHEMA = 1,
+	PAGODA_CONSTRAINT_REGEX = 2,
+	PAGODA_CONSTRAINT_GBNF = 3,
+};
+#define PAGODA_TOP_LOGPROBS 20
 #define PAGODA_DRAFT_MAX 16
 enum pagoda_spec {
 	PAGODA_SPEC_DEFAULT = 0,
@@ -207,6 +229,17 @@ struct pagoda_event {
 	 * model (before sampling's penalties, truncation and temperature) */
 	float logprob;
 	bool has_logprob;
+	/* TOKEN with top_logprobs: the step's most likely tokens, most likely
+	 * first, each as the vocabulary spells it (which may be part of a
+	 * UTF-8 character); valid as long as text is */
+	int n_top;
+	const struct pagoda_top *top;
+};
+struct pagoda_top {
+	int32_t token;
+	float logprob;
+	const char *text;
+	size_t len;
 };
 
 /* Waits up to timeout_ms (-1: forever, 0: don't wait) for the next event.

@@ -69,8 +69,11 @@
 #include <stdint.h>
 
 #define PG_PROTO_MAGIC 0x41444750u /* "PGDA" little-endian */
-/* 2: PG_SUBMIT_CHAT (a chat request the daemon renders with the model's template). */
-#define PG_PROTO_VERSION 2u
+/* 2: PG_SUBMIT_CHAT (a chat request the daemon renders with the model's template).
+ * 3: PG_SUBMIT_EXT (penalties, top logprobs, a constraint) and PG_CQE_ALT.
+ * The daemon also accepts version 2 clients: the layout is the same. */
+#define PG_PROTO_VERSION 3u
+#define PG_PROTO_VERSION_MIN 2u
 
 #define PG_CACHELINE 64
 
@@ -144,6 +147,36 @@ enum pg_sqe_op {
 /* Each sampled token's CQE carries its log-probability (tok.logprob, with
  * tok.has_logprob set). */
 #define PG_SUBMIT_LOGPROBS 0x100u
+/* Parameters beyond the SQE's: its user word names an arena record, offset
+ * in the low 32 bits and length in the high 32, holding a struct
+ * pg_submit_ext and after it (at offset ext.size) the constraint's text.
+ * The record is the client's again once SQ head passed the SQE. */
+#define PG_SUBMIT_EXT 0x200u
+
+enum pg_constraint {
+	PG_CONSTRAINT_NONE = 0,
+	PG_CONSTRAINT_JSON_SCHEMA = 1,
+	PG_CONSTRAINT_REGEX = 2, /* the whole output matches */
+	PG_CONSTRAINT_GBNF = 3,  /* llama.cpp's GBNF, start rule "root" */
+};
+#define PG_TOP_LOGPROBS 20 /* alternatives per token at most */
+
+/* Extensible like the kernel's structs passed by size: a client may send a
+ * larger one (a newer header) as long as the bytes this daemon does not
+ * know are zero, or a smaller one (an older header; the rest reads 0). */
+struct pg_submit_ext {
+	uint32_t size;            /* bytes of this struct as the client knows it */
+	uint32_t constraint_kind; /* enum pg_constraint */
+	uint32_t constraint_len;  /* bytes of constraint text after the struct */
+	/* With PG_SUBMIT_LOGPROBS: each TOKEN CQE is preceded by up to this
+	 * many PG_CQE_ALT entries, the most likely tokens at that step. */
+	uint32_t top_logprobs;
+	/* OpenAI's: each generated token's logit drops by presence once it
+	 * occurred in the output and by frequency times its count; -2..2. */
+	float presence_penalty, frequency_penalty;
+	uint32_t reserved[2];     /* 0 */
+};
+#define PG_SUBMIT_EXT_SIZE0 8u /* the smallest: size and constraint_kind */
 
 /* Speculative decoding (docs/speculative.md), in the submit flags: the
  * drafter, an enum pg_spec, in bits 16-17, and the draft tokens a step
@@ -164,7 +197,7 @@ struct pg_sqe {
 	uint32_t op;
 	uint32_t flags;
 	uint64_t req_id;      /* client's; echoed in every CQE of the request */
-	uint64_t user;        /* echoed in NOP/STATS answers */
+	uint64_t user;        /* echoed in NOP/STATS answers; SUBMIT: see PG_SUBMIT_EXT */
 	uint32_t prompt_off;  /* in the arena, bytes */
 	uint32_t prompt_len;  /* bytes (a multiple of 4 with PG_SUBMIT_IDS) */
 	int32_t max_tokens;   /* > 0 */
@@ -188,6 +221,10 @@ enum pg_cqe_type {
 	PG_CQE_ERROR = 3,
 	PG_CQE_NOP = 4,
 	PG_CQE_STATS = 5,
+	/* v3: one of a token's top alternatives (u.tok: token, logprob, text
+	 * as the vocabulary spells it), most likely first, right before the
+	 * TOKEN entry it belongs to. */
+	PG_CQE_ALT = 6,
 };
 
 #define PG_CQE_F_SLOT 1u /* text is in this entry's CQ text slot */
@@ -255,6 +292,7 @@ struct pg_shm_hdr {
 
 _Static_assert(sizeof(struct pg_cqe) == 128, "CQE is two cache lines");
 _Static_assert(sizeof(struct pg_sqe) == 336, "SQE layout");
+_Static_assert(sizeof(struct pg_submit_ext) == 32, "extension record layout");
 _Static_assert(sizeof(struct pg_ring_ctl) == 3 * PG_CACHELINE, "ring control");
 
 /* The layout the daemon writes for given ring sizes (powers of two). */

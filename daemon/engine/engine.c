@@ -459,6 +459,9 @@ int engine_submit(struct engine *e, struct engine_req *r)
 		return refuse(r, ENGINE_ERR_INVALID, "at most %d stop strings", ENGINE_MAX_STOP);
 	if (r->spec < ENGINE_SPEC_DEFAULT || r->spec > ENGINE_SPEC_DRAFT)
 		return refuse(r, ENGINE_ERR_INVALID, "unknown speculative drafter %d", (int)r->spec);
+	if (r->top_logprobs < 0 || r->top_logprobs > ENGINE_TOP_LOGPROBS)
+		return refuse(r, ENGINE_ERR_INVALID, "top_logprobs %d is not within 0..%d", r->top_logprobs,
+			      ENGINE_TOP_LOGPROBS);
 	if (r->draft_max < 0 || r->draft_max > ENGINE_DRAFT_MAX)
 		return refuse(r, ENGINE_ERR_INVALID, "draft_max %d is not within 0..%d", r->draft_max,
 			      ENGINE_DRAFT_MAX);
@@ -475,6 +478,7 @@ int engine_submit(struct engine *e, struct engine_req *r)
 		seq_free(s);
 		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
 	}
+	s->smp.gen_from = r->n_prompt;
 	if (r->constraint_kind) {
 		int rc = constrain(e, s, r);
 		if (rc) {
@@ -963,7 +967,7 @@ static void after_verify(struct engine *e, struct seq *s, const float *rows, int
 			break;
 		}
 		if (lp)
-			s->req->logprob = logprob_of(e->lp_rows + (size_t)i * e->n_vocab, e->n_vocab, tok);
+			logprob_fill(s->req, e->lp_rows + (size_t)i * e->n_vocab, e->n_vocab, tok);
 		emit(e, s, tok);
 		if (i < n - 1)
 			s->n_computed++; /* a draft that stood: its K/V are right */
@@ -1021,7 +1025,7 @@ static void after_forward(struct engine *e, const struct plan *p)
 		}
 		int32_t tok = sampler_sample(&s->smp, logits, s->tokens, s->n_tokens);
 		if (lp)
-			s->req->logprob = logprob_of(e->lp_row, e->n_vocab, tok);
+			logprob_fill(s->req, e->lp_row, e->n_vocab, tok);
 		if (s->gm)
 			gm_matcher_accept_token(s->gm, tok);
 		enum finish_reason why = FINISH_NONE;

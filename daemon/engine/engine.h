@@ -79,6 +79,9 @@ struct sampling {
 	float repeat_penalty; /* 1: off */
 	int repeat_last_n;    /* tokens looked back; 64 like llama.cpp */
 	uint64_t seed;
+	/* OpenAI's, over the generated tokens: a logit drops by presence once
+	 * its token occurred and by frequency times its count (0: off) */
+	float presence_penalty, frequency_penalty;
 };
 
 void sampling_defaults(struct sampling *s);
@@ -111,6 +114,7 @@ struct req_timings {
 };
 
 #define ENGINE_MAX_STOP 4
+#define ENGINE_TOP_LOGPROBS 20
 #define ENGINE_STOP_LEN 64
 
 struct engine_req;
@@ -144,6 +148,12 @@ struct engine_req {
 	size_t constraint_len;
 	enum engine_spec spec;      /* DEFAULT: the engine's */
 	int draft_max;              /* 0: the engine's; at most ENGINE_DRAFT_MAX */
+	/* With want_logprob: the top_logprobs most likely tokens of each step
+	 * and their log-probabilities, most likely first, set with logprob */
+	int top_logprobs;           /* 0..ENGINE_TOP_LOGPROBS */
+	int n_top;
+	int32_t top_ids[ENGINE_TOP_LOGPROBS];
+	float top_lp[ENGINE_TOP_LOGPROBS];
 };
 
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen);

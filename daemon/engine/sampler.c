@@ -1,5 +1,6 @@
 /* daemon/engine/sampler.c — the sampling chain, in llama.cpp's order:
- * penalties, top-k, top-p, min-p, temperature, draw. */
+ * penalties (repetition, then presence and frequency), top-k, top-p,
+ * min-p, temperature, draw. */
 #include "daemon/engine/sampler.h"
 
 #include <errno.h>
@@ -16,6 +17,8 @@ void sampling_defaults(struct sampling *s)
 	s->repeat_penalty = 1.0f;
 	s->repeat_last_n = 64;
 	s->seed = 0xdeadbeefULL;
+	s->presence_penalty = 0;
+	s->frequency_penalty = 0;
 }
 
 static uint64_t splitmix64(uint64_t *x)
@@ -60,6 +63,13 @@ int sampler_init(struct sampler *s, const struct sampling *p, int n_vocab)
 			return -ENOMEM;
 		}
 	}
+	if (p->presence_penalty != 0 || p->frequency_penalty != 0) {
+		s->count = calloc(n_vocab, sizeof *s->count);
+		if (!s->count) {
+			sampler_free(s);
+			return -ENOMEM;
+		}
+	}
 	return 0;
 }
 
@@ -67,8 +77,10 @@ void sampler_free(struct sampler *s)
 {
 	free(s->idx);
 	free(s->val);
+	free(s->count);
 	s->idx = NULL;
 	s->val = NULL;
+	s->count = NULL;
 }
 
 /* The first index of the largest logit, NaNs never chosen (unless the
@@ -114,6 +126,25 @@ static void apply_penalty(struct sampler *s, float *logits, const int32_t *hist,
 		if (seen)
 			continue;
 		logits[t] = logits[t] > 0 ? logits[t] / pen : logits[t] * pen;
+	}
+}
+
+/* OpenAI's presence and frequency penalties over the output so far;
+ * counts are cleared on the way out, so a call costs O(output). */
+static void apply_oai_penalties(struct sampler *s, float *logits, const int32_t *hist, int n_hist)
+{
+	if (!s->count)
+		return;
+	int from = s->gen_from < n_hist ? s->gen_from : n_hist;
+	for (int i = from; i < n_hist; i++)
+		if (hist[i] >= 0 && hist[i] < s->n_vocab)
+			s->count[hist[i]]++;
+	for (int i = from; i < n_hist; i++) {
+		int32_t t = hist[i];
+		if (t < 0 || t >= s->n_vocab || !s->count[t])
+			continue;
+		logits[t] -= (float)s->count[t] * s->p.frequency_penalty + s->p.presence_penalty;
+		s->count[t] = 0;
 	}
 }
 
@@ -200,6 +231,7 @@ static int truncate_chain(struct sampler *s, const float *logits, int m, double 
 int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history, int n_history)
 {
 	apply_penalty(s, logits, history, n_history);
+	apply_oai_penalties(s, logits, history, n_history);
 	if (s->p.temp <= 0)
 		return sampler_argmax(logits, s->n_vocab);
 	int m = sorted_candidates(s, logits);
@@ -220,6 +252,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history,
 void sampler_dist(struct sampler *s, float *logits, const int32_t *history, int n_history, float *p)
 {
 	apply_penalty(s, logits, history, n_history);
+	apply_oai_penalties(s, logits, history, n_history);
 	memset(p, 0, s->n_vocab * sizeof *p);
 	if (s->p.temp <= 0) {
 		p[sampler_argmax(logits, s->n_vocab)] = 1;

@@ -1,5 +1,5 @@
-/* daemon/engine/sampler.h — turning logits into the next token: repetition
- * penalty, top-k, top-p, min-p, temperature, then a seeded draw. With
+/* daemon/engine/sampler.h — turning logits into the next token: repetition,
+ * presence and frequency penalties, top-k, top-p, min-p, temperature, then a seeded draw. With
  * temperature 0 it is greedy (the first maximum, as llama.cpp). */
 #ifndef PAGODA_SAMPLER_H
 #define PAGODA_SAMPLER_H
@@ -14,6 +14,8 @@ struct sampler {
 	int n_vocab;
 	int32_t *idx;   /* candidate ids, n_vocab */
 	float *val;     /* candidate logits/probs, n_vocab */
+	int gen_from;   /* history[gen_from..] is output: presence/frequency penalties look there */
+	int32_t *count; /* per token, zero between calls (with those penalties) */
 };
 
 int sampler_init(struct sampler *s, const struct sampling *p, int n_vocab);

@@ -196,12 +196,14 @@ int conn_timers(struct server *s, uint64_t now)
 	return next <= now ? 0 : (int)((next - now + 999999) / 1000000);
 }
 
-static void send_welcome(int fd, uint32_t status, uint64_t size, uint64_t id, const char *msg, int *fds, int nfds)
+/* version: the one spoken with this peer (a refusal says the daemon's). */
+static void send_welcome(int fd, uint32_t version, uint32_t status, uint64_t size, uint64_t id, const char *msg,
+			 int *fds, int nfds)
 {
 	struct pg_welcome w;
 	memset(&w, 0, sizeof w);
 	w.magic = PG_PROTO_MAGIC;
-	w.version = PG_PROTO_VERSION;
+	w.version = version;
 	w.status = status;
 	w.shm_size = size;
 	w.client_id = id;
@@ -232,7 +234,7 @@ static void send_welcome(int fd, uint32_t status, uint64_t size, uint64_t id, co
  * reads on past it); either way the slot is free at once. */
 static void refuse(int fd, uint32_t status, const char *msg)
 {
-	send_welcome(fd, status, 0, 0, msg, NULL, 0);
+	send_welcome(fd, PG_PROTO_VERSION, status, 0, 0, msg, NULL, 0);
 	close(fd);
 }
 
@@ -342,6 +344,7 @@ static int client_setup(struct server *s, struct client *c, char *err, size_t er
 	lay.n_ctx = s->n_ctx;
 	lay.n_vocab = s->n_vocab;
 	lay.max_inflight = (uint32_t)s->max_inflight;
+	lay.version = c->version; /* an older client checks its own */
 	int mfd = memfd_create("pagoda-client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (mfd < 0) {
 		snprintf(err, errlen, "memfd_create: %s", strerror(errno));
@@ -380,7 +383,7 @@ static int client_setup(struct server *s, struct client *c, char *err, size_t er
 		return -1;
 	}
 	int fds[2] = { mfd, c->efd };
-	send_welcome(c->sock, PG_OK, size, c->id, NULL, fds, 2);
+	send_welcome(c->sock, c->version, PG_OK, size, c->id, NULL, fds, 2);
 	close(mfd);
 	pend_unlink(s, c);
 	c->ready = true;
@@ -406,22 +409,23 @@ void conn_on_sock(struct server *s, struct client *c, uint32_t events)
 			return;
 		}
 		if (atomic_load(&s->draining)) {
-			send_welcome(c->sock, PG_E_DRAINING, 0, 0, "pagodad is draining: no new connections", NULL, 0);
+			send_welcome(c->sock, PG_PROTO_VERSION, PG_E_DRAINING, 0, 0, "pagodad is draining: no new connections", NULL, 0);
 			conn_disconnect(s, c, NULL);
 			return;
 		}
-		if (h.version != PG_PROTO_VERSION) {
+		if (h.version < PG_PROTO_VERSION_MIN || h.version > PG_PROTO_VERSION) {
 			char m[96];
-			snprintf(m, sizeof m, "protocol version %u unsupported (daemon speaks %u)", h.version,
-				 PG_PROTO_VERSION);
-			send_welcome(c->sock, PG_E_VERSION, 0, 0, m, NULL, 0);
+			snprintf(m, sizeof m, "protocol version %u unsupported (daemon speaks %u to %u)", h.version,
+				 PG_PROTO_VERSION_MIN, PG_PROTO_VERSION);
+			send_welcome(c->sock, PG_PROTO_VERSION, PG_E_VERSION, 0, 0, m, NULL, 0);
 			conn_disconnect(s, c, "protocol version mismatch");
 			return;
 		}
+		c->version = h.version;
 		char err[160];
 		if (client_setup(s, c, err, sizeof err) < 0) {
 			LOG_RL(LOG_ERR, "client %llu: %s", (unsigned long long)c->id, err);
-			send_welcome(c->sock, PG_E_NOMEM, 0, 0, err, NULL, 0);
+			send_welcome(c->sock, PG_PROTO_VERSION, PG_E_NOMEM, 0, 0, err, NULL, 0);
 			conn_disconnect(s, c, "setup failed");
 		}
 		return;

@@ -150,6 +150,9 @@ void cq_emit(struct client *c, struct pg_cqe *e, const char *text, size_t len)
 				break;
 			e->u.tok.token = -1;
 		}
+	} else if (e->type == PG_CQE_ALT) { /* a vocabulary piece: one slot */
+		size_t slot = c->pc.lay.cq_text_slot;
+		push_one(c, e, text, len > slot ? slot : len);
 	} else {
 		push_one(c, e, NULL, 0);
 	}

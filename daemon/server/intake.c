@@ -14,9 +14,11 @@
  */
 #include "daemon/server/server_int.h"
 #include "daemon/chat/chat.h"
+#include "daemon/grammar/grammar.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/server/log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,12 +88,44 @@ static uint64_t cache_salt(struct server *s, const struct client *c, uint32_t cl
 	return h ? h : 1;
 }
 
+/* The extension record's values (proto_copy_ext checked its layout). */
+static int check_ext(const struct sreq *r, char *msg, size_t ml)
+{
+	const struct pg_submit_ext *x = &r->ext;
+	if (x->constraint_kind > PG_CONSTRAINT_GBNF) {
+		snprintf(msg, ml, "unknown constraint kind %u", x->constraint_kind);
+		return -1;
+	}
+	if (!x->constraint_kind != !r->ctext) {
+		snprintf(msg, ml, "a constraint needs both its kind and its text");
+		return -1;
+	}
+	if (x->top_logprobs > PG_TOP_LOGPROBS) {
+		snprintf(msg, ml, "top_logprobs %u is not within 0..%d", x->top_logprobs, PG_TOP_LOGPROBS);
+		return -1;
+	}
+	if (x->top_logprobs && !(r->sqe.flags & PG_SUBMIT_LOGPROBS)) {
+		snprintf(msg, ml, "top_logprobs needs logprobs");
+		return -1;
+	}
+	if (!isfinite(x->presence_penalty) || fabsf(x->presence_penalty) > 2 || !isfinite(x->frequency_penalty) ||
+	    fabsf(x->frequency_penalty) > 2) {
+		snprintf(msg, ml, "presence and frequency penalties must be within -2..2");
+		return -1;
+	}
+	return 0;
+}
+
 static int prepare(struct server *s, struct sreq *r, int32_t **owned, char *msg, size_t ml)
 {
 	const struct pg_sqe *e = &r->sqe;
 	int32_t *ids = NULL;
 	int n = 0, rc = 0;
 	*owned = NULL;
+	if (check_ext(r, msg, ml)) {
+		rc = ENGINE_ERR_INVALID;
+		goto out;
+	}
 	if (e->flags & PG_SUBMIT_IDS) {
 		ids = (int32_t *)r->buf;
 		n = (int)(r->len / 4);
@@ -157,6 +191,15 @@ static int prepare(struct server *s, struct sreq *r, int32_t **owned, char *msg,
 	r->er.sampling.seed = e->seed;
 	r->er.cache_salt = cache_salt(s, r->c, e->cache_scope);
 	r->er.want_logprob = (e->flags & PG_SUBMIT_LOGPROBS) != 0;
+	_Static_assert((int)PG_CONSTRAINT_JSON_SCHEMA == (int)GM_JSON_SCHEMA && (int)PG_CONSTRAINT_REGEX == (int)GM_REGEX &&
+			       (int)PG_CONSTRAINT_GBNF == (int)GM_GBNF && PG_TOP_LOGPROBS == ENGINE_TOP_LOGPROBS,
+		       "enum pg_constraint is enum gm_kind");
+	r->er.top_logprobs = (int)r->ext.top_logprobs;
+	r->er.sampling.presence_penalty = r->ext.presence_penalty;
+	r->er.sampling.frequency_penalty = r->ext.frequency_penalty;
+	r->er.constraint_kind = (int)r->ext.constraint_kind;
+	r->er.constraint = r->ctext; /* compiled in engine_submit, freed after it */
+	r->er.constraint_len = r->ext.constraint_len;
 	_Static_assert((int)PG_SPEC_OFF == (int)ENGINE_SPEC_OFF && (int)PG_SPEC_NGRAM == (int)ENGINE_SPEC_NGRAM &&
 			       (int)PG_SPEC_DRAFT == (int)ENGINE_SPEC_DRAFT && PG_DRAFT_MAX == ENGINE_DRAFT_MAX,
 		       "enum pg_spec is enum engine_spec");
@@ -216,8 +259,11 @@ static void *intake_main(void *arg)
 		log_msg(LOG_DEBUG, "client %llu: request %llu: %d prompt tokens, max %d", (unsigned long long)c->id,
 			(unsigned long long)r->creq, r->er.n_prompt, r->sqe.max_tokens);
 		r->state = SREQ_ENGINE;
+		char *ctext = r->ctext;
+		r->ctext = NULL;
 		engine_submit(s->eng, &r->er); /* on a refusal sq_on_done has run: r is gone */
 		free(owned);
+		free(ctext);
 	}
 	pthread_mutex_unlock(&s->in_lock);
 	return NULL;

@@ -89,8 +89,13 @@ int proto_sqe_check(const struct proto_conn *p, const struct pg_sqe *e, char *ms
 		return hard(msg, len, "unknown opcode");
 	}
 	if (e->flags & ~(PG_SUBMIT_IDS | PG_SUBMIT_CLAMP | PG_SUBMIT_CHAT | PG_SUBMIT_LOGPROBS | PG_SUBMIT_SPEC_MASK |
-			 PG_SUBMIT_DRAFT_MASK))
+			 PG_SUBMIT_DRAFT_MASK | PG_SUBMIT_EXT))
 		return hard(msg, len, "unknown submit flags");
+	if (e->flags & PG_SUBMIT_EXT) {
+		uint64_t off = e->user & 0xffffffffu, n = e->user >> 32;
+		if (n < PG_SUBMIT_EXT_SIZE0 || off + n > p->lay.arena_size)
+			return hard(msg, len, "extension record lies outside the arena");
+	}
 	if ((e->flags & PG_SUBMIT_IDS) && (e->flags & PG_SUBMIT_CHAT))
 		return hard(msg, len, "a chat request is JSON text, not token ids");
 	if (e->prompt_len == 0)
@@ -143,6 +148,51 @@ int proto_copy_prompt(const struct proto_conn *p, const struct pg_sqe *e, char *
 	return 0;
 }
 
+int proto_copy_ext(const struct proto_conn *p, const struct pg_sqe *e, struct pg_submit_ext *ext, char **text,
+		   char *msg, size_t ml)
+{
+	uint64_t off = e->user & 0xffffffffu, n = e->user >> 32;
+	memset(ext, 0, sizeof *ext);
+	*text = NULL;
+	if (off + n > p->lay.arena_size || n < PG_SUBMIT_EXT_SIZE0)
+		return bad(msg, ml, "extension record lies outside the arena");
+	/* one copy, then only the copy is read: the client may write on */
+	char *rec = malloc(n);
+	if (!rec) {
+		bad(msg, ml, "out of memory copying the extension record");
+		return PG_E_NOMEM;
+	}
+	memcpy(rec, p->arena + off, n);
+	uint32_t size;
+	memcpy(&size, rec, sizeof size);
+	if (size < PG_SUBMIT_EXT_SIZE0 || size > n || size % 4) {
+		free(rec);
+		return bad(msg, ml, "extension record: bad size");
+	}
+	memcpy(ext, rec, size < sizeof *ext ? size : sizeof *ext);
+	for (uint32_t i = sizeof *ext; i < size; i++)
+		if (rec[i]) {
+			free(rec);
+			return bad(msg, ml, "extension record: fields this daemon does not know are set");
+		}
+	if (ext->reserved[0] || ext->reserved[1]) {
+		free(rec);
+		return bad(msg, ml, "extension record: reserved fields are set");
+	}
+	if ((uint64_t)size + ext->constraint_len != n) {
+		free(rec);
+		return bad(msg, ml, "extension record: constraint length disagrees with the record");
+	}
+	if (ext->constraint_len) {
+		memmove(rec, rec + size, ext->constraint_len);
+		rec[ext->constraint_len] = 0; /* size >= 8 bytes were dropped: room for it */
+		*text = rec;
+	} else {
+		free(rec);
+	}
+	return PG_OK;
+}
+
 int proto_check_ids(const int32_t *ids, size_t n, int32_t n_vocab)
 {
 	for (size_t i = 0; i < n; i++)
@@ -171,7 +221,7 @@ void proto_cq_write(struct proto_conn *p, const struct pg_cqe *e, const char *te
 {
 	uint32_t slot = p->cq_tail & (p->lay.cq_entries - 1);
 	struct pg_cqe c = *e;
-	if (c.type == PG_CQE_TOKEN) {
+	if (c.type == PG_CQE_TOKEN || c.type == PG_CQE_ALT) {
 		if (len > p->lay.cq_text_slot)
 			len = p->lay.cq_text_slot;
 		c.u.tok.len = (uint32_t)len;

@@ -45,6 +45,13 @@ int proto_sqe_check(const struct proto_conn *p, const struct pg_sqe *e, char *ms
 /* Copies the prompt bytes the (checked) SQE names out of the arena into a
  * fresh malloc'd buffer of *len bytes (+1 NUL byte). -1 on ENOMEM. */
 int proto_copy_prompt(const struct proto_conn *p, const struct pg_sqe *e, char **buf, size_t *len);
+/* For a (checked) SQE with PG_SUBMIT_EXT: copies its extension record
+ * out of the arena into *ext (fields the client did not send read 0) and
+ * the constraint text, if any, into a malloc'd NUL-terminated *text.
+ * PG_OK, or PG_E_INVALID / PG_E_NOMEM with msg. Only the layout is checked
+ * here; the values are the caller's to judge. */
+int proto_copy_ext(const struct proto_conn *p, const struct pg_sqe *e, struct pg_submit_ext *ext, char **text,
+		   char *msg, size_t ml);
 /* Checks copied token ids against the vocabulary: -1 if any is out of range. */
 int proto_check_ids(const int32_t *ids, size_t n, int32_t n_vocab);
 

@@ -67,6 +67,7 @@ struct client {
 	gid_t gid;
 	struct uacct *ua;
 	bool ready; /* handshake done */
+	uint32_t version; /* protocol version spoken (its hello's) */
 	uint64_t hello_deadline_ns;
 	struct client *pnext, *pprev; /* waiting for its hello: main thread */
 	struct watch w_sock, w_efd;
@@ -109,6 +110,8 @@ struct sreq {
 	struct pg_sqe sqe;
 	char *buf;
 	size_t len;
+	struct pg_submit_ext ext; /* zero without PG_SUBMIT_EXT */
+	char *ctext;              /* its constraint text, until prepared */
 };
 
 struct server {

@@ -11,6 +11,24 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The token's top alternatives, each as the vocabulary spells it. Locked. */
+static void emit_alts(struct client *c, const struct engine_req *er)
+{
+	const struct tokenizer *tok = c->s->tok;
+	for (int i = 0; i < er->n_top; i++) {
+		struct pg_cqe a;
+		char piece[PG_CQ_TEXT_SLOT];
+		memset(&a, 0, sizeof a);
+		a.req_id = ((const struct sreq *)er->user)->creq;
+		a.type = PG_CQE_ALT;
+		a.u.tok.token = er->top_ids[i];
+		a.u.tok.logprob = er->top_lp[i];
+		a.u.tok.has_logprob = 1;
+		int n = tok_piece(tok, er->top_ids[i], true, piece, sizeof piece);
+		cq_emit(c, &a, piece, n < 0 ? 0 : n > (int)sizeof piece ? sizeof piece : (size_t)n);
+	}
+}
+
 /* Engine callbacks: on the engine thread, or on the intake worker for a
  * request refused or ended before the engine saw it. */
 void sq_on_token(struct engine_req *er, int32_t token, const char *text, size_t len)
@@ -27,6 +45,8 @@ void sq_on_token(struct engine_req *er, int32_t token, const char *text, size_t 
 		e.u.tok.has_logprob = 1;
 	}
 	pthread_mutex_lock(&c->lock);
+	if (token >= 0)
+		emit_alts(c, er);
 	cq_emit(c, &e, text, len);
 	pthread_mutex_unlock(&c->lock);
 }
@@ -93,6 +113,7 @@ void sq_on_done(struct engine_req *er, enum finish_reason why, int err, const ch
 	log_msg(LOG_DEBUG, "client %llu: request %llu done (%s, %d generated)", cid,
 		(unsigned long long)r->creq, finish_reason_name(why), er->timings.n_gen);
 	free(r->buf);
+	free(r->ctext);
 	free(r);
 	if (refs == 0)
 		conn_release(c);
@@ -156,7 +177,8 @@ static int fits_at_once(struct server *s, const struct pg_sqe *e, const char *bu
 }
 
 /* Checks what costs O(1), then queues the request to the intake worker. */
-static void submit(struct server *s, struct client *c, const struct pg_sqe *e, char *buf, size_t len)
+static void submit(struct server *s, struct client *c, const struct pg_sqe *e, char *buf, size_t len,
+		   const struct pg_submit_ext *ext, char *ctext)
 {
 	char msg[PG_MSG_LEN + 1];
 	int rc;
@@ -188,6 +210,8 @@ static void submit(struct server *s, struct client *c, const struct pg_sqe *e, c
 	r->sqe = *e;
 	r->buf = buf;
 	r->len = len;
+	r->ext = *ext;
+	r->ctext = ctext;
 	r->er.id = atomic_fetch_add(&s->next_gid, 1);
 	r->er.on_token = sq_on_token;
 	r->er.on_done = sq_on_done;
@@ -206,6 +230,7 @@ static void submit(struct server *s, struct client *c, const struct pg_sqe *e, c
 	return;
 refused:
 	free(buf);
+	free(ctext);
 }
 
 void sq_cancel(struct server *s, struct client *c, uint64_t creq, bool all)
@@ -267,9 +292,15 @@ static bool process_sq(struct server *s, struct client *c)
 			rc = PG_E_NOMEM;
 			snprintf(msg, sizeof msg, "out of memory copying the prompt");
 		}
+		struct pg_submit_ext ext;
+		char *ctext = NULL;
+		memset(&ext, 0, sizeof ext);
+		if (rc == PG_OK && e.op == PG_OP_SUBMIT && (e.flags & PG_SUBMIT_EXT))
+			rc = proto_copy_ext(&c->pc, &e, &ext, &ctext, msg, sizeof msg);
 		proto_sq_consume(&c->pc); /* the arena bytes are ours now */
 		if (rc != PG_OK) {
 			cq_error(c, e.req_id, (uint32_t)rc, msg);
+			free(buf);
 			continue;
 		}
 		struct pg_cqe out;
@@ -294,7 +325,7 @@ static bool process_sq(struct server *s, struct client *c)
 			sq_cancel(s, c, e.req_id, false);
 			break;
 		case PG_OP_SUBMIT:
-			submit(s, c, &e, buf, len);
+			submit(s, c, &e, buf, len, &ext, ctext);
 			break;
 		}
 	}

@@ -5,6 +5,7 @@ argv: base URL, API key, pagoda binary, pagodad socket, the GGUF file.
 Every check prints FAIL: ... on a mismatch; the exit status counts them."""
 import http.client
 import json
+import jsonschema
 import os
 import subprocess
 import sys
@@ -103,6 +104,46 @@ sl = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user",
                                          max_tokens=40, logprobs=True, stream=True))
 slp = [x for c in sl if c.choices and c.choices[0].logprobs for x in c.choices[0].logprobs.content]
 check([x.logprob for x in slp] == [x.logprob for x in lps], "streamed logprobs differ from the whole answer's")
+
+# top_logprobs: sorted alternatives, the greedy token first with its own logprob
+rt = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": Q}], temperature=0,
+                                    max_tokens=40, logprobs=True, top_logprobs=3)
+tl = rt.choices[0].logprobs.content if rt.choices[0].logprobs else []
+check(rt.choices[0].message.content == want, "top_logprobs changed the greedy reply")
+check(len(tl) == len(lps) and all(len(x.top_logprobs) == 3 for x in tl), "not 3 top_logprobs per token")
+check(all(x.top_logprobs[0].logprob == x.logprob for x in tl), "the greedy token is not the top alternative")
+check(all([a.logprob for a in x.top_logprobs] == sorted((a.logprob for a in x.top_logprobs), reverse=True)
+          for x in tl), "top_logprobs not sorted")
+check(all(bytes(a.bytes) == a.token.encode() for x in tl for a in x.top_logprobs), "top_logprobs bytes differ")
+
+# presence and frequency penalties: the same greedy reply as the rings give
+pen = generate("--chat", "-p", Q, "-n", "40", "--presence-penalty", "1.5", "--frequency-penalty", "1.5")
+rp = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": Q}], temperature=0,
+                                    max_tokens=40, presence_penalty=1.5, frequency_penalty=1.5)
+check(rp.choices[0].message.content == pen, f"penalized chat {rp.choices[0].message.content!r} != {pen!r}")
+
+# response_format: the reply is JSON valid against the schema (python3-jsonschema)
+schema = {"type": "object", "properties": {"color": {"type": "string", "maxLength": 12},
+                                           "bright": {"type": "boolean"}},
+          "required": ["color", "bright"], "additionalProperties": False}
+for temp in (0, 1.0):
+    rj = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": Q}], temperature=temp,
+                                        seed=3, max_tokens=60, response_format={
+                                            "type": "json_schema", "json_schema": {"name": "sky", "schema": schema}})
+    try:
+        jsonschema.validate(json.loads(rj.choices[0].message.content), schema)
+        check(True, "")
+    except Exception as e:  # noqa: BLE001
+        check(False, f"response_format json_schema (temperature {temp}): {rj.choices[0].message.content!r}: {e}")
+ro = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Describe the sky as JSON."}],
+                                    temperature=0, max_tokens=120, response_format={"type": "json_object"})
+if ro.choices[0].finish_reason == "stop":
+    try:
+        check(isinstance(json.loads(ro.choices[0].message.content), dict), "json_object: not an object")
+    except ValueError as e:
+        check(False, f"json_object: {ro.choices[0].message.content!r}: {e}")
+else:  # an object that never closes within max_tokens: still a prefix of one
+    check(ro.choices[0].message.content.startswith("{"), f"json_object: {ro.choices[0].message.content!r}")
 
 # ---- chat, streamed ------------------------------------------------------------
 chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": Q}],
@@ -216,11 +257,14 @@ msg1 = [{"role": "user", "content": "hi"}]
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(model=MODEL, messages=msg1, n=2),
              "n=2", "n")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
-    model=MODEL, messages=msg1, response_format={"type": "json_object"}), "response_format", "response_format")
+    model=MODEL, messages=msg1, response_format={"type": "json_schema", "json_schema": {
+        "name": "r", "schema": {"$ref": "https://example.com/s.json"}}}), "a schema the daemon refuses")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
-    model=MODEL, messages=msg1, logprobs=True, top_logprobs=2), "top_logprobs", "top_logprobs")
+    model=MODEL, messages=msg1, response_format={"type": "yaml"}), "response_format yaml", "response_format")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
-    model=MODEL, messages=msg1, presence_penalty=0.5), "presence_penalty", "presence_penalty")
+    model=MODEL, messages=msg1, top_logprobs=2), "top_logprobs without logprobs", "top_logprobs")
+expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+    model=MODEL, messages=msg1, presence_penalty=2.5), "presence_penalty 2.5", "presence_penalty")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
     model=MODEL, messages=msg1, temperature=3), "temperature 3", "temperature")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(

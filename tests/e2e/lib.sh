@@ -59,3 +59,23 @@ stop_bg() {
 	fi
 	wait "$1"
 }
+
+# start_pagodad SOCKET LOG ARGS...: pagodad in the background on SOCKET
+# (its pid in DP), returning once it answers a ping; 1 (log shown) if it
+# does not within 10 s.
+start_pagodad() {
+	_sock=$1 _log=$2
+	shift 2
+	"$B/pagodad" --socket "$_sock" "$@" 2>"$_log" &
+	DP=$!
+	_n=0
+	while ! "$B/pagoda" ping --socket "$_sock" >/dev/null 2>&1; do
+		_n=$((_n + 1))
+		if [ $_n -gt 200 ] || ! alive $DP; then
+			echo "pagodad did not start" >&2
+			cat "$_log" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+}

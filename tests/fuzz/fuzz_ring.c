@@ -62,6 +62,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						sink += len ? (uint8_t)buf[len - 1] : 0;
 					free(buf);
 				}
+				if (e.flags & PG_SUBMIT_EXT) {
+					struct pg_submit_ext x;
+					char *text;
+					if (proto_copy_ext(&pc, &e, &x, &text, msg, sizeof msg) == PG_OK && text) {
+						sink += (uint8_t)text[x.constraint_len]; /* the NUL it promises */
+						free(text);
+					}
+				}
 			}
 			proto_sq_consume(&pc);
 			/* answer with a completion, as the daemon would */
@@ -71,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (space > 0) {
 				struct pg_cqe c;
 				memset(&c, 0, sizeof c);
-				c.type = PG_CQE_TOKEN;
+				c.type = step % 3 ? PG_CQE_TOKEN : PG_CQE_ALT;
 				c.req_id = e.req_id;
 				proto_cq_write(&pc, &c, (const char *)data, size < 200 ? size : 200);
 				proto_cq_publish(&pc);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -625,9 +626,11 @@ struct raw {
 	struct pg_shm_hdr h;
 	struct pg_ring_ctl *sqc, *cqc;
 	struct pg_sqe *sq;
+	struct pg_cqe *cq;
+	uint32_t version; /* the welcome's */
 };
 
-static int raw_connect(struct raw *r)
+static int raw_connect_v(struct raw *r, uint32_t version)
 {
 	memset(r, 0, sizeof *r);
 	r->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -637,7 +640,7 @@ static int raw_connect(struct raw *r)
 	memcpy(sa.sun_path, D.sock, strlen(D.sock) + 1);
 	if (connect(r->sock, (struct sockaddr *)&sa, sizeof sa) < 0)
 		return -1;
-	struct pg_hello h = { PG_PROTO_MAGIC, PG_PROTO_VERSION, 0, 0 };
+	struct pg_hello h = { PG_PROTO_MAGIC, version, 0, 0 };
 	if (send(r->sock, &h, sizeof h, 0) != sizeof h)
 		return -1;
 	struct pg_welcome w;
@@ -662,8 +665,12 @@ static int raw_connect(struct raw *r)
 	r->sqc = PG_AT(r->m, r->h.sq_ctl_off, struct pg_ring_ctl);
 	r->cqc = PG_AT(r->m, r->h.cq_ctl_off, struct pg_ring_ctl);
 	r->sq = PG_AT(r->m, r->h.sq_off, struct pg_sqe);
+	r->cq = PG_AT(r->m, r->h.cq_off, struct pg_cqe);
+	r->version = w.version;
 	return 0;
 }
+
+static int raw_connect(struct raw *r) { return raw_connect_v(r, PG_PROTO_VERSION); }
 
 static void raw_kick(struct raw *r)
 {
@@ -830,6 +837,10 @@ START_TEST(hostile)
 			s->top_p = 1;
 			s->repeat_penalty = 1;
 			s->flags = rnd() % 4 ? 0 : rnd() % 3;
+			if (rnd() % 5 == 0) { /* an extension record anywhere, of any length */
+				s->flags |= PG_SUBMIT_EXT;
+				s->user = rnd() % 3 ? (rnd() % 4096) | (uint64_t)(rnd() % 256) << 32 : (uint64_t)rnd() << 32 | rnd();
+			}
 			s->n_stop = rnd() % 6;
 			s->stop_len[0] = (uint8_t)rnd();
 		}
@@ -856,6 +867,143 @@ START_TEST(hostile)
 }
 END_TEST
 
+/* One SUBMIT with an extension record of n bytes (rec) at arena offset 0
+ * and the prompt "Once" after it; the final CQE's type and code, or -1 if
+ * the daemon hung up or said nothing in 10 s. The CQ is drained. */
+static int raw_submit_ext(struct raw *r, const void *rec, uint32_t n, uint32_t flags, uint32_t *code)
+{
+	struct pg_sqe e;
+	memset(&e, 0, sizeof e);
+	memcpy(r->m + r->h.arena_off, rec, n);
+	memcpy(r->m + r->h.arena_off + 4096, "Once", 4);
+	e.op = PG_OP_SUBMIT;
+	e.flags = PG_SUBMIT_EXT | flags;
+	e.user = (uint64_t)n << 32;
+	e.req_id = 7;
+	e.prompt_off = 4096;
+	e.prompt_len = 4;
+	e.max_tokens = 4;
+	e.top_p = 1;
+	e.repeat_penalty = 1;
+	uint32_t t = atomic_load(&r->sqc->tail);
+	r->sq[t & (r->h.sq_entries - 1)] = e;
+	atomic_store(&r->sqc->tail, t + 1);
+	raw_kick(r);
+	uint64_t end = th_now_ms() + 10000;
+	uint32_t head = atomic_load(&r->cqc->head);
+	while (th_now_ms() < end) {
+		if (head == atomic_load(&r->cqc->tail)) {
+			if (raw_dropped(r, 1))
+				return -1;
+			continue;
+		}
+		const struct pg_cqe *c = &r->cq[head & (r->h.cq_entries - 1)];
+		head++;
+		atomic_store(&r->cqc->head, head);
+		if (c->type == PG_CQE_DONE || c->type == PG_CQE_ERROR) {
+			*code = c->type == PG_CQE_ERROR ? c->u.error.code : 0;
+			return (int)c->type;
+		}
+	}
+	return -1;
+}
+
+/* Protocol v3's extension record from a hostile or older client: a bad
+ * layout is refused with an error (the connection stays), a record outside
+ * the arena disconnects, a larger record from a newer client whose unknown
+ * bytes are zero works; a version 2 client is served as before. */
+START_TEST(ext_record)
+{
+	if (need() < 0)
+		return;
+	start_daemon();
+	struct raw r;
+	uint32_t code;
+	ck_assert_int_eq(raw_connect_v(&r, 2), 0);
+	ck_assert_uint_eq(r.version, 2);
+	ck_assert_uint_eq(r.h.version, 2);
+	struct pg_sqe e;
+	memset(&e, 0, sizeof e);
+	memcpy(r.m + r.h.arena_off, "Once", 4);
+	e.op = PG_OP_SUBMIT;
+	e.prompt_len = 4;
+	e.max_tokens = 3;
+	e.top_p = 1;
+	e.repeat_penalty = 1;
+	r.sq[0] = e;
+	atomic_store(&r.sqc->tail, 1);
+	raw_kick(&r);
+	uint64_t end = th_now_ms() + 10000;
+	bool done = false;
+	for (uint32_t head = 0; !done && th_now_ms() < end;)
+		if (head != atomic_load(&r.cqc->tail)) {
+			done = r.cq[head & (r.h.cq_entries - 1)].type == PG_CQE_DONE;
+			atomic_store(&r.cqc->head, ++head);
+		}
+	ck_assert_msg(done, "a version 2 client was not served");
+	raw_close(&r);
+
+	ck_assert_int_eq(raw_connect(&r), 0);
+	ck_assert_uint_eq(r.version, PG_PROTO_VERSION);
+	struct pg_submit_ext x;
+	char big[256];
+	memset(&x, 0, sizeof x);
+	x.size = sizeof x;
+	x.top_logprobs = 3;
+	ck_assert_int_eq(raw_submit_ext(&r, &x, sizeof x, PG_SUBMIT_LOGPROBS, &code), PG_CQE_DONE);
+	memset(big, 0, sizeof big);
+	memcpy(big, &x, sizeof x);
+	((struct pg_submit_ext *)big)->size = sizeof big;
+	ck_assert_int_eq(raw_submit_ext(&r, big, sizeof big, PG_SUBMIT_LOGPROBS, &code), PG_CQE_DONE);
+	big[200] = 1; /* a field this daemon does not know */
+	ck_assert_int_eq(raw_submit_ext(&r, big, sizeof big, PG_SUBMIT_LOGPROBS, &code), PG_CQE_ERROR);
+	ck_assert_uint_eq(code, PG_E_INVALID);
+	x.size = 6; /* below the smallest */
+	ck_assert_int_eq(raw_submit_ext(&r, &x, sizeof x, 0, &code), PG_CQE_ERROR);
+	x.size = sizeof x;
+	x.constraint_len = 100; /* more than the record holds */
+	ck_assert_int_eq(raw_submit_ext(&r, &x, sizeof x, 0, &code), PG_CQE_ERROR);
+	x.constraint_len = 0;
+	x.top_logprobs = 21;
+	ck_assert_int_eq(raw_submit_ext(&r, &x, sizeof x, PG_SUBMIT_LOGPROBS, &code), PG_CQE_ERROR);
+	x.top_logprobs = 2; /* without PG_SUBMIT_LOGPROBS */
+	ck_assert_int_eq(raw_submit_ext(&r, &x, sizeof x, 0, &code), PG_CQE_ERROR);
+	x.top_logprobs = 0;
+	x.presence_penalty = NAN;
+	ck_assert_int_eq(raw_submit_ext(&r, &x, sizeof x, 0, &code), PG_CQE_ERROR);
+	x.presence_penalty = 0;
+	x.constraint_kind = 9;
+	ck_assert_int_eq(raw_submit_ext(&r, &x, sizeof x, 0, &code), PG_CQE_ERROR);
+	x.constraint_kind = PG_CONSTRAINT_REGEX; /* a kind without text */
+	ck_assert_int_eq(raw_submit_ext(&r, &x, sizeof x, 0, &code), PG_CQE_ERROR);
+	memcpy(big, &x, sizeof x);
+	((struct pg_submit_ext *)big)->constraint_len = 3;
+	memcpy(big + sizeof x, "(a|", 3); /* a regex that does not compile */
+	ck_assert_int_eq(raw_submit_ext(&r, big, sizeof x + 3, 0, &code), PG_CQE_ERROR);
+	memcpy(big + sizeof x, "On.", 3);
+	((struct pg_submit_ext *)big)->constraint_len = 3;
+	ck_assert_int_eq(raw_submit_ext(&r, big, sizeof x + 3, 0, &code), PG_CQE_DONE);
+	ck_assert(!raw_dropped(&r, 1));
+	/* outside the arena: a broken rule */
+	memset(&e, 0, sizeof e);
+	e.op = PG_OP_SUBMIT;
+	e.flags = PG_SUBMIT_EXT;
+	e.user = (uint64_t)64 << 32 | (r.h.arena_size - 32);
+	e.prompt_len = 4;
+	e.max_tokens = 4;
+	e.top_p = 1;
+	e.repeat_penalty = 1;
+	uint32_t t = atomic_load(&r.sqc->tail);
+	r.sq[t & (r.h.sq_entries - 1)] = e;
+	atomic_store(&r.sqc->tail, t + 1);
+	raw_kick(&r);
+	ck_assert(raw_dropped(&r, 2000));
+	raw_close(&r);
+	ck_assert_int_eq(stop_daemon(SIGTERM), 0);
+	cleanup();
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("e2e_daemon");
@@ -870,6 +1018,7 @@ static Suite *suite(void)
 	tcase_add_test(t, drain);
 	tcase_add_test(t, other_uid);
 	tcase_add_test(t, hostile);
+	tcase_add_test(t, ext_record);
 	suite_add_tcase(s, t);
 	return s;
 }

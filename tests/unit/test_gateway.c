@@ -106,11 +106,13 @@ static const struct {
 	const char *body, *param;
 } refused[] = {
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "n" },
-	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", "response_format" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"yaml\"}}", "response_format" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs" },
-	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":1}", "presence_penalty" },
-	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"frequency_penalty\":-1}", "frequency_penalty" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":2.5}", "presence_penalty" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"frequency_penalty\":-3}", "frequency_penalty" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":2.5}", "temperature" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", "max_tokens" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", "tool_choice" },
@@ -134,6 +136,33 @@ static const struct {
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"prompt\":\"y\"}", "" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\"", "" },
 };
+
+/* The fields protocol v3 carries reach pagoda_params. */
+START_TEST(test_v3_fields)
+{
+	struct gw_req r;
+	struct gw_err e;
+	ck_assert_int_eq(parse(GW_CHAT,
+			       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":0.5,"
+			       "\"frequency_penalty\":-1,\"logprobs\":true,\"top_logprobs\":3,\"response_format\":"
+			       "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"type\":\"integer\"}}}}",
+			       &r, &e),
+			 0);
+	ck_assert(r.p.presence_penalty == 0.5f && r.p.frequency_penalty == -1.0f);
+	ck_assert_int_eq(r.p.top_logprobs, 3);
+	ck_assert(r.p.flags & PAGODA_LOGPROBS);
+	ck_assert_int_eq(r.p.constraint_kind, PAGODA_CONSTRAINT_JSON_SCHEMA);
+	ck_assert_str_eq(r.p.constraint, "{\"type\":\"integer\"}");
+	gw_req_free(&r);
+	ck_assert_int_eq(parse(GW_COMPLETION, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}", &r, &e),
+			 0);
+	ck_assert_str_eq(r.p.constraint, "{\"type\":\"object\"}");
+	gw_req_free(&r);
+	ck_assert_int_eq(parse(GW_COMPLETION, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}", &r, &e), 0);
+	ck_assert_int_eq(r.p.constraint_kind, 0);
+	gw_req_free(&r);
+}
+END_TEST
 
 START_TEST(test_refused)
 {
@@ -238,6 +267,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_chat_mapping);
 	tcase_add_test(tc, test_completion_mapping);
+	tcase_add_test(tc, test_v3_fields);
 	tcase_add_loop_test(tc, test_refused, 0, sizeof refused / sizeof refused[0]);
 	tcase_add_test(tc, test_tool_calls);
 	tcase_add_test(tc, test_text_utf8);

@@ -133,7 +133,7 @@ static json_t *logprobs_json(const char *text, const struct gw_tok *toks, int n)
 		for (size_t k = 0; k < toks[i].len; k++)
 			json_array_append_new(bytes, json_integer((unsigned char)s[k]));
 		json_object_set_new(o, "bytes", bytes);
-		json_object_set_new(o, "top_logprobs", json_array());
+		json_object_set_new(o, "top_logprobs", toks[i].top ? json_incref(toks[i].top) : json_array());
 		json_array_append_new(a, o);
 	}
 	json_t *lp = json_object();
@@ -156,13 +156,14 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 		if (gw_call_take(call, &t, WAIT_MS) < 0) {
 			if (client_gone(fd)) {
 				free(text);
-				free(toks);
+				gw_toks_free(toks, n_toks);
 				gw_call_release(call);
 				timeout_on(conn, conf->timeout_s);
 				return NULL; /* nobody to answer; the request is cancelled */
 			}
 			continue;
 		}
+		bool moved = false;
 		if (t.len) {
 			char *n = realloc(text, len + t.len + 1);
 			if (!n) {
@@ -178,13 +179,17 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 						toks[n_toks] = t.toks[i];
 						toks[n_toks++].off += len;
 					}
+					moved = true;
 				}
 				len += t.len;
 				text[len] = 0;
 			}
 		}
 		free(t.text);
-		free(t.toks);
+		if (moved)
+			free(t.toks);
+		else
+			gw_toks_free(t.toks, t.n_toks);
 		if (t.final)
 			break;
 	}
@@ -192,7 +197,7 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 	timeout_on(conn, conf->timeout_s);
 	if (t.error) {
 		free(text);
-		free(toks);
+		gw_toks_free(toks, n_toks);
 		struct gw_err e;
 		pagoda_err(&e, t.error, t.errmsg, gw_pool_n_ctx(pool));
 		return gw_api_error(&e, status);
@@ -224,7 +229,7 @@ static struct MHD_Response *whole(struct gw_pool *pool, const struct gw_conf *co
 	}
 	json_object_set_new(choice, "logprobs", r->logprobs ? logprobs_json(text, toks, n_toks) : json_null());
 	free(text);
-	free(toks);
+	gw_toks_free(toks, n_toks);
 	json_object_set_new(choice, "finish_reason", json_string(gw_finish_name(t.finish, calls)));
 	json_t *choices = json_array();
 	json_array_append_new(choices, choice);
@@ -383,7 +388,7 @@ static void absorb(struct sse *s, struct gw_take *t)
 		emit_text_lp(s, t->text, t->len, t->toks, t->n_toks);
 	}
 	free(t->text);
-	free(t->toks);
+	gw_toks_free(t->toks, t->n_toks);
 	t->text = NULL;
 	t->toks = NULL;
 	if (t->final) {
@@ -465,7 +470,7 @@ static struct MHD_Response *streamed(struct gw_pool *pool, const struct gw_conf 
 	if (t.final && t.error) {
 		struct gw_err e;
 		free(t.text);
-		free(t.toks);
+		gw_toks_free(t.toks, t.n_toks);
 		pagoda_err(&e, t.error, t.errmsg, s->n_ctx);
 		sse_free(s);
 		return gw_api_error(&e, status);

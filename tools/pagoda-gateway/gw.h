@@ -56,6 +56,7 @@ struct gw_req {
 	size_t n_ids;
 	bool tools;                 /* tools offered: parse tool calls from the reply */
 	bool logprobs;              /* each token's log-probability (p.flags has PAGODA_LOGPROBS) */
+	char *constraint;           /* response_format's schema (p.constraint points here) */
 };
 /* 0, or -1 with err filled (status 400 and OpenAI's wording). */
 int gw_req_parse(enum gw_kind kind, const char *body, size_t len, struct gw_req *r, struct gw_err *err);
@@ -71,7 +72,10 @@ struct gw_call;
 struct gw_tok {
 	size_t off, len;
 	float logprob;
+	struct json_t *top; /* with top_logprobs: OpenAI's array of alternatives, owned */
 };
+/* Frees n tokens' alternatives and the array. */
+void gw_toks_free(struct gw_tok *t, int n);
 
 /* What a call has gathered since the last gw_call_take: text of the tokens
  * that arrived, and the end when it came. */

@@ -5,6 +5,7 @@
  * fails its calls and reconnects. */
 #include "tools/pagoda-gateway/gw.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -73,8 +74,32 @@ static void call_unref(struct gw_call *c)
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
 	free(c->buf);
-	free(c->toks);
+	gw_toks_free(c->toks, c->n_toks);
 	free(c);
+}
+
+void gw_toks_free(struct gw_tok *t, int n)
+{
+	for (int i = 0; t && i < n; i++)
+		json_decref(t[i].top);
+	free(t);
+}
+
+/* OpenAI's top_logprobs entries: token (as text), logprob, bytes. */
+static json_t *top_json(const struct pagoda_event *ev)
+{
+	json_t *a = json_array();
+	for (int i = 0; a && i < ev->n_top; i++) {
+		const struct pagoda_top *t = &ev->top[i];
+		json_t *o = json_object(), *bytes = json_array();
+		json_object_set_new(o, "token", gw_json_text(t->text, t->len));
+		json_object_set_new(o, "logprob", json_real(t->logprob));
+		for (size_t k = 0; k < t->len; k++)
+			json_array_append_new(bytes, json_integer((unsigned char)t->text[k]));
+		json_object_set_new(o, "bytes", bytes);
+		json_array_append_new(a, o);
+	}
+	return a;
 }
 
 static struct gw_call *call_new(void)
@@ -160,7 +185,8 @@ static void deliver(struct conn *k, const struct pagoda_event *ev)
 				}
 			}
 			if (c->n_toks < c->cap_toks)
-				c->toks[c->n_toks++] = (struct gw_tok){ c->len, 0, ev->logprob };
+				c->toks[c->n_toks++] = (struct gw_tok){ c->len, 0, ev->logprob,
+									ev->n_top ? top_json(ev) : NULL };
 		}
 		append(c, ev->text, ev->len);
 		if (c->n_toks && (ev->has_logprob || ev->token < 0)) /* continuations extend it */
@@ -459,7 +485,7 @@ int gw_pool_stats(struct gw_pool *p, struct pagoda_stats *st, int timeout_ms)
 	if (rc == 0)
 		*st = c->st;
 	free(t.text);
-	free(t.toks);
+	gw_toks_free(t.toks, t.n_toks);
 	gw_call_release(c);
 	return rc;
 }

@@ -116,6 +116,38 @@ static int add_stop(struct gw_req *r, json_t *s, struct gw_err *e)
 	return 0;
 }
 
+/* OpenAI's response_format: "text"; "json_object" (any JSON object);
+ * "json_schema" with json_schema.schema. The daemon compiles the schema
+ * and refuses, naming the keyword, one it cannot enforce (a 400 here). */
+static int response_format(json_t *v, struct gw_req *r, struct gw_err *e)
+{
+	if (absent(v))
+		return 0;
+	json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+	if (!json_is_string(t))
+		return fail(e, "response_format", "'response_format' must be an object with a 'type'");
+	const char *type = json_string_value(t);
+	if (!strcmp(type, "text"))
+		return 0;
+	if (!strcmp(type, "json_object")) {
+		r->constraint = strdup("{\"type\":\"object\"}");
+	} else if (!strcmp(type, "json_schema")) {
+		json_t *js = json_object_get(v, "json_schema");
+		json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+		if (!json_is_object(schema) && !json_is_boolean(schema))
+			return fail(e, "response_format", "'response_format.json_schema.schema' must be a JSON Schema");
+		r->constraint = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+	} else {
+		return fail(e, "response_format", "'response_format' type '%s' is not one of text, json_object, json_schema",
+			    type);
+	}
+	if (!r->constraint)
+		return fail(e, NULL, "out of memory");
+	r->p.constraint_kind = PAGODA_CONSTRAINT_JSON_SCHEMA;
+	r->p.constraint = r->constraint;
+	return 0;
+}
+
 /* The fields both endpoints share. */
 static int common(json_t *o, struct gw_req *r, struct gw_err *e)
 {
@@ -186,27 +218,15 @@ static int common(json_t *o, struct gw_req *r, struct gw_err *e)
 	d = 0;
 	if (get_num(o, "presence_penalty", -2, 2, &d, e) < 0)
 		return -1;
-	if (d != 0)
-		return unsupported(e, "presence_penalty", "other than 0");
+	r->p.presence_penalty = (float)d;
 	d = 0;
 	if (get_num(o, "frequency_penalty", -2, 2, &d, e) < 0)
 		return -1;
-	if (d != 0)
-		return unsupported(e, "frequency_penalty", "other than 0");
+	r->p.frequency_penalty = (float)d;
 	v = json_object_get(o, "logit_bias");
 	if (!absent(v) && !(json_is_object(v) && json_object_size(v) == 0))
 		return unsupported(e, "logit_bias", "");
-	v = json_object_get(o, "response_format");
-	if (!absent(v)) {
-		json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-		if (!json_is_string(t))
-			return fail(e, "response_format", "'response_format' must be an object with a 'type'");
-		if (strcmp(json_string_value(t), "text"))
-			return fail(e, "response_format",
-				    "'response_format' of type '%s' is not supported yet (structured output)",
-				    json_string_value(t));
-	}
-	return 0;
+	return response_format(json_object_get(o, "response_format"), r, e);
 }
 
 /* ---- completions ----------------------------------------------------------- */
@@ -453,10 +473,11 @@ static int chat(json_t *o, struct gw_req *r, struct gw_err *e)
 		r->p.flags |= PAGODA_LOGPROBS;
 	}
 	json_int_t top = 0;
-	if (get_int(o, "top_logprobs", 0, 20, &top, e) < 0)
+	if (get_int(o, "top_logprobs", 0, PAGODA_TOP_LOGPROBS, &top, e) < 0)
 		return -1;
-	if (top)
-		return unsupported(e, "top_logprobs", "other than 0 (not yet)");
+	if (top && !r->logprobs)
+		return fail(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+	r->p.top_logprobs = (int)top;
 	return 0;
 }
 
@@ -491,7 +512,10 @@ void gw_req_free(struct gw_req *r)
 {
 	free(r->text);
 	free(r->ids);
+	free(r->constraint);
 	r->text = NULL;
 	r->ids = NULL;
+	r->constraint = NULL;
+	r->p.constraint = NULL;
 	r->text_len = r->n_ids = 0;
 }

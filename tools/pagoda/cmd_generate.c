@@ -23,10 +23,30 @@ static int usage(FILE *f)
 		   "                       /run/pagoda/pagoda.sock, $XDG_RUNTIME_DIR/pagoda.sock)\n"
 		   "  --ids                print generated token ids instead of text\n"
 		   "  --timings            print timings to stderr\n"
+		   "  --json-schema FILE   the output is JSON valid against this schema (docs/grammar.md)\n"
+		   "  --regex RE           the output matches this regular expression\n"
+		   "  --grammar FILE       the output is a sentence of this GBNF grammar\n"
+		   "  --top-logprobs N     print each token's N most likely alternatives to stderr\n"
 		   SPEC_FLAGS_HELP
 		   "                       (draft: the daemon's --draft-model)\n"
 		   SAMPLING_FLAGS_HELP);
 	return f == stdout ? 0 : 2;
+}
+
+/* One line per token on stderr: its id and logprob, then the
+ * alternatives as id:logprob:"piece". */
+static void print_top(const struct pagoda_event *ev)
+{
+	fprintf(stderr, "top %d %.4f", ev->token, ev->logprob);
+	for (int i = 0; i < ev->n_top; i++) {
+		fprintf(stderr, " %d:%.4f:\"", ev->top[i].token, ev->top[i].logprob);
+		for (size_t k = 0; k < ev->top[i].len; k++) {
+			unsigned char ch = (unsigned char)ev->top[i].text[k];
+			fprintf(stderr, ch < 0x20 || ch == '"' || ch == '\\' ? "\\x%02x" : "%c", ch);
+		}
+		fputc('"', stderr);
+	}
+	fputc('\n', stderr);
 }
 
 int cmd_generate(int argc, char **argv)
@@ -35,7 +55,7 @@ int cmd_generate(int argc, char **argv)
 	sampling_defaults(&smp); /* the same defaults as `pagoda run` */
 	struct pagoda_params par;
 	pagoda_params_init(&par);
-	const char *prompt = NULL, *prompt_file = NULL, *sock = NULL, *system = NULL;
+	const char *prompt = NULL, *prompt_file = NULL, *sock = NULL, *system = NULL, *cfile = NULL;
 	long n_predict = -1, v;
 	bool ids = false, timings = false, chat = false;
 	for (int i = 1; i < argc; i++) {
@@ -79,7 +99,17 @@ int cmd_generate(int argc, char **argv)
 			par.speculative = (int)v;
 		else if (!strcmp(a, "--draft-max") && opt_int(val, 1, PAGODA_DRAFT_MAX, &v))
 			par.draft_max = (int)v;
-		else if (!strcmp(a, "--stop")) {
+		else if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar")) {
+			par.constraint_kind = a[2] == 'j' ? PAGODA_CONSTRAINT_JSON_SCHEMA : PAGODA_CONSTRAINT_GBNF;
+			cfile = val;
+		} else if (!strcmp(a, "--regex")) {
+			par.constraint_kind = PAGODA_CONSTRAINT_REGEX;
+			par.constraint = val;
+			cfile = NULL;
+		} else if (!strcmp(a, "--top-logprobs") && opt_int(val, 0, PAGODA_TOP_LOGPROBS, &v)) {
+			par.top_logprobs = (int)v;
+			par.flags |= v ? PAGODA_LOGPROBS : 0;
+		} else if (!strcmp(a, "--stop")) {
 			if (par.n_stop == PAGODA_MAX_STOP || !*val || strlen(val) > PAGODA_STOP_LEN) {
 				fprintf(stderr, "pagoda generate: at most %d stop strings of 1..%d bytes\n",
 					PAGODA_MAX_STOP, PAGODA_STOP_LEN);
@@ -111,6 +141,21 @@ int cmd_generate(int argc, char **argv)
 		free(file_text);
 		return usage(stderr);
 	}
+	char *ctext = NULL;
+	if (cfile) {
+		FILE *f = fopen(cfile, "rb");
+		size_t clen;
+		if (!f || !(ctext = read_all(f, &clen))) {
+			perror(cfile);
+			if (f)
+				fclose(f);
+			free(file_text);
+			return 1;
+		}
+		fclose(f);
+		par.constraint = ctext;
+		par.constraint_len = clen;
+	}
 	struct jsonw req = { 0 };
 	if (chat && !file_text) {   /* -p TEXT: one user turn, asking for the reply */
 		jsonw_raw(&req, "{\"messages\": [");
@@ -134,6 +179,8 @@ int cmd_generate(int argc, char **argv)
 	par.repeat_penalty = smp.repeat_penalty;
 	par.repeat_last_n = smp.repeat_last_n;
 	par.seed = smp.seed;
+	par.presence_penalty = smp.presence_penalty;
+	par.frequency_penalty = smp.frequency_penalty;
 
 	pagoda_t *pg;
 	int rc = pagoda_connect(sock, &pg);
@@ -141,6 +188,7 @@ int cmd_generate(int argc, char **argv)
 		fprintf(stderr, "pagoda generate: %s\n", pagoda_strerror(rc));
 		free(file_text);
 		free(req.s);
+		free(ctext);
 		return 1;
 	}
 	if (n_predict < 0 || n_predict == 0) {
@@ -155,6 +203,7 @@ int cmd_generate(int argc, char **argv)
 		pagoda_close(pg);
 		free(file_text);
 		free(req.s);
+		free(ctext);
 		return 0;
 	}
 	/* The prompt goes straight into the shared arena. */
@@ -170,6 +219,7 @@ int cmd_generate(int argc, char **argv)
 	}
 	free(file_text);
 	free(req.s);
+	free(ctext);
 	if (rc < 0) {
 		fprintf(stderr, "pagoda generate: %s\n", pagoda_strerror(rc));
 		pagoda_close(pg);
@@ -197,6 +247,8 @@ int cmd_generate(int argc, char **argv)
 				fwrite(ev.text, 1, ev.len, stdout);
 			}
 			fflush(stdout);
+			if (ev.n_top)
+				print_top(&ev);
 		} else if (ev.type == PAGODA_EV_DONE) {
 			if (ids)
 				printf("\n");

@@ -2,6 +2,7 @@
 #include "tools/pagoda/opts.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,10 +58,11 @@ bool opt_float(const char *s, float *out)
 
 int opt_sampling(int argc, char **argv, int *i, struct sampling *s)
 {
-	static const char *flags[] = { "--temp", "--top-k", "--top-p", "--min-p",
-				       "--repeat-penalty", "--repeat-last-n", "--seed" };
+	static const char *flags[] = { "--temp",		"--top-k", "--top-p",
+				       "--min-p",		"--repeat-penalty", "--repeat-last-n",
+				       "--seed",		"--presence-penalty", "--frequency-penalty" };
 	int which = -1;
-	for (int k = 0; k < 7; k++)
+	for (int k = 0; k < (int)(sizeof flags / sizeof *flags); k++)
 		if (!strcmp(argv[*i], flags[k]))
 			which = k;
 	if (which < 0)
@@ -85,6 +87,8 @@ int opt_sampling(int argc, char **argv, int *i, struct sampling *s)
 		ok = !errno && end != v && !*end;
 		break;
 	}
+	case 7: ok = opt_float(v, &s->presence_penalty) && fabsf(s->presence_penalty) <= 2; break;
+	case 8: ok = opt_float(v, &s->frequency_penalty) && fabsf(s->frequency_penalty) <= 2; break;
 	}
 	if (!ok) {
 		fprintf(stderr, "pagoda: bad value '%s' for %s\n", v, flag);

@@ -9,7 +9,8 @@
 #include "daemon/engine/engine.h"
 
 /* If argv[*i] is a sampling flag (--temp, --top-k, --top-p, --min-p,
- * --repeat-penalty, --repeat-last-n, --seed), consumes it and its value,
+ * --repeat-penalty, --repeat-last-n, --seed, --presence-penalty,
+ * --frequency-penalty), consumes it and its value,
  * advancing *i, and returns 1; returns 0 if it is not one, -1 on a bad or
  * missing value (after printing why). */
 int opt_sampling(int argc, char **argv, int *i, struct sampling *s);
@@ -36,6 +37,8 @@ double ns_to_s(uint64_t ns);
 	"  --min-p P            drop tokens below P x the best one (default 0.05)\n"      \
 	"  --repeat-penalty R   penalize recent tokens, 1 = off (default 1)\n"            \
 	"  --repeat-last-n N    tokens the penalty looks back (default 64)\n"             \
+	"  --presence-penalty P OpenAI's: lower tokens the output has, -2..2 (default 0)\n" \
+	"  --frequency-penalty F  ... by F times their count, -2..2 (default 0)\n"       \
 	"  --seed S             sampling seed\n"
 
 #endif
