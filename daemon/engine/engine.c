@@ -8,6 +8,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/probes.h"
 #include "daemon/engine/logprob.h"
+#include "daemon/engine/masker.h"
 #include "daemon/engine/sampler.h"
 #include "daemon/engine/spec.h"
 #include "daemon/engine/stopper.h"
@@ -54,6 +55,8 @@ struct seq {
 	struct gm_grammar *gmg; /* the request's constraint, NULL if none */
 	struct gm_matcher *gm;
 	uint32_t *gm_mask;
+	int gm_allowed;  /* gm_mask's count, when gm_ready */
+	bool gm_ready;   /* the masker filled gm_mask for this step */
 	/* speculative decoding */
 	struct spec_drafter *drafter; /* NULL: off */
 	void *dstate;
@@ -105,6 +108,9 @@ struct engine {
 	float *logits;
 	float *lp_row;        /* a row's raw logits, for logprobs (allocated when first asked) */
 	struct gm_vocab *gm_vocab; /* built at the first constrained request (under lock) */
+	struct masker *masker;     /* likewise */
+	int mask_threads;          /* its workers */
+	bool mask_overlap;         /* masks computed while a device runs the forward */
 	/* speculative decoding */
 	struct spec_drafter *ngram, *draft;
 	bool own_draft;
@@ -293,6 +299,19 @@ static int open_spec(struct engine *e, const struct engine_opts *o, char *err, s
 	return 0;
 }
 
+/* Mask workers: on a device backend the host's cores are free during the
+ * forward; on the CPU the engine thread works beside threads - 1 of them. */
+static void set_mask_threads(struct engine *e, const struct engine_opts *o)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = ncpu > 0 ? (int)ncpu : 1;
+	e->mask_overlap = (e->be->caps & PG_BACKEND_CAP_DEVICE_MEM) != 0;
+	if (!e->mask_overlap && o->threads > 0 && o->threads < n)
+		n = o->threads;
+	n = e->mask_overlap ? (n > 1 ? n - 1 : 1) : n - 1;
+	e->mask_threads = n > 8 ? 8 : n;
+}
+
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)
 {
 	struct engine *e = calloc(1, sizeof *e);
@@ -316,6 +335,7 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 		snprintf(err, errlen, "%s", e->backend_note);
 		goto fail;
 	}
+	set_mask_threads(e, o);
 	const struct pg_step_limits lim = { e->max_batch, e->max_seqs, e->n_ctx };
 	if ((r = pg_backend_load_weights(e->be, &e->m->desc, err, errlen)) ||
 	    (r = pg_backend_reserve(e->be, &lim, err, errlen)))
@@ -423,9 +443,12 @@ static int constrain(struct engine *e, struct seq *s, struct engine_req *r)
 	pthread_mutex_lock(&e->lock);
 	if (!e->gm_vocab)
 		e->gm_vocab = gm_vocab_from_tokenizer(e->m->tok);
+	if (!e->masker && masker_create(e->mask_threads, &e->masker))
+		e->masker = NULL;
 	struct gm_vocab *v = e->gm_vocab;
+	bool mk = e->masker != NULL;
 	pthread_mutex_unlock(&e->lock);
-	if (!v)
+	if (!v || !mk)
 		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
 	if (!r->constraint || gm_compile_cached(r->constraint_kind, r->constraint, r->constraint_len, &s->gmg,
 						err, sizeof err))
@@ -921,12 +944,31 @@ static void emit(struct engine *e, struct seq *s, int32_t tok)
  * draws from the allowed ones. Non-zero when none is allowed. */
 static int mask_logits(struct engine *e, struct seq *s, float *logits)
 {
-	if (gm_matcher_mask(s->gm, s->gm_mask) <= 0)
+	int allowed = s->gm_ready ? s->gm_allowed : gm_matcher_mask(s->gm, s->gm_mask);
+	s->gm_ready = false;
+	if (allowed <= 0)
 		return -1;
 	for (int i = 0; i < e->n_vocab; i++)
 		if (!(s->gm_mask[i >> 5] >> (i & 31) & 1))
 			logits[i] = -INFINITY;
 	return 0;
+}
+
+/* The masks of the constrained sequences that sample after this step,
+ * queued to the masker: started now when a device runs the forward, else
+ * computed in parallel after it (masker_finish). */
+static void queue_masks(struct engine *e, const struct plan *p)
+{
+	if (!e->masker)
+		return;
+	for (int slot = 0; slot < p->n_slots; slot++) {
+		struct seq *s = e->b_owner[slot];
+		if (!s->gm || e->b_draft[slot] || s->n_computed + e->b_take[slot] != s->n_tokens)
+			continue;
+		s->gm_ready = masker_add(e->masker, s->gm, s->gm_mask, &s->gm_allowed) == 0;
+	}
+	if (e->mask_overlap)
+		masker_start(e->masker);
 }
 
 static void remove_and_finish(struct engine *e, struct seq *s, enum finish_reason why)
@@ -1232,7 +1274,10 @@ int engine_step(struct engine *e)
 			.logits = e->logits,
 		};
 		count_tokens(e, &p);
+		queue_masks(e, &p);
 		int r = pg_backend_step(e->be, &b);
+		if (e->masker)
+			masker_finish(e->masker); /* before anything may free a sequence */
 		uint64_t t_fwd = probe ? now_ns() : 0;
 		if (r)
 			fail_batch(e, &p, r);
@@ -1348,6 +1393,7 @@ void engine_destroy(struct engine *e)
 	free(e->b_take);
 	free(e->logits);
 	free(e->lp_row);
+	masker_destroy(e->masker);
 	gm_vocab_free(e->gm_vocab);
 	free(e->lp_rows);
 	if (e->kv.meta)

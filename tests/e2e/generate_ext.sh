@@ -37,6 +37,20 @@ for p in "Write JSON:" "Once upon a time" "Tom"; do
 	cmp -s "$D/run" "$D/gen" && ok || bad "constrained generate != run for '$p': $(cat "$D/gen") vs $(cat "$D/run")"
 	valid "$D/person.json" "$D/gen" && ok || bad "greedy output does not validate: $(cat "$D/gen")"
 done
+# six at once: the daemon batches them and computes their masks in
+# parallel; each reply equals the one it gave alone
+for i in 1 2 3 4 5 6; do
+	gen -p "Write JSON number $i:" -n 60 --temp 0 --json-schema "$D/person.json" >"$D/one$i" 2>/dev/null
+done
+pids=
+for i in 1 2 3 4 5 6; do
+	gen -p "Write JSON number $i:" -n 60 --temp 0 --json-schema "$D/person.json" >"$D/par$i" 2>/dev/null &
+	pids="$pids $!"
+done
+wait $pids
+for i in 1 2 3 4 5 6; do
+	cmp -s "$D/one$i" "$D/par$i" && ok || bad "concurrent constrained request $i differs: $(cat "$D/par$i")"
+done
 for seed in 1 2 3 4; do
 	gen -p "Write JSON:" -n 80 --temp 1.2 --top-k 0 --top-p 1 --min-p 0 --seed $seed \
 		--json-schema "$D/person.json" >"$D/gen" 2>"$D/err" || bad "sampled generate: $(cat "$D/err")"

@@ -2,8 +2,10 @@
  * language over a small vocabulary (mask and matcher agree, EOS only when
  * complete, rollback), and constrained requests in the engine on a real
  * model (stories260K): several at once, each output in its own language,
- * greedy and sampled; a constraint that does not compile is refused. */
+ * greedy and sampled; a constraint that does not compile is refused. The
+ * masker's parallel masks equal the ones computed one by one. */
 #include "daemon/engine/engine.h"
+#include "daemon/engine/masker.h"
 #include "daemon/grammar/grammar.h"
 #include "daemon/model/tokenizer.h"
 #include "tests/unit/testdata.h"
@@ -218,6 +220,58 @@ START_TEST(test_engine_constrained_batch)
 }
 END_TEST
 
+/* Rounds of 1..12 matchers in different states: the masker's masks (0, 1
+ * and 3 workers, started early or not) equal gm_matcher_mask's. */
+START_TEST(test_masker_parallel)
+{
+	struct gm_vocab *v = vocab();
+	const char *src = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}}}";
+	char err[256];
+	struct gm_grammar *g;
+	ck_assert(gm_compile(GM_JSON_SCHEMA, src, strlen(src), &g, err, sizeof err) == 0);
+	uint32_t seed = 7;
+	for (int nt = 0; nt <= 3; nt += nt ? 2 : 1) {
+		struct masker *mk;
+		ck_assert_int_eq(masker_create(nt, &mk), 0);
+		for (int round = 0; round < 40; round++) {
+			enum { MAXM = 12 };
+			struct gm_matcher *m[MAXM];
+			uint32_t got[MAXM][1], want[MAXM][1];
+			int got_n[MAXM];
+			int n = 1 + round % MAXM;
+			for (int i = 0; i < n; i++) {
+				m[i] = gm_matcher_new(g, v);
+				for (int step = 0; step < (int)((seed = seed * 1103515245u + 12345u) >> 16) % 8; step++) {
+					uint32_t mask[1];
+					gm_matcher_mask(m[i], mask);
+					mask[0] &= ~(1u << EOS);
+					if (!mask[0])
+						break;
+					int t;
+					do
+						t = (int)((seed = seed * 1103515245u + 12345u) >> 16) % NV;
+					while (!(mask[0] >> t & 1));
+					ck_assert_int_eq(gm_matcher_accept_token(m[i], t), 0);
+				}
+				ck_assert_int_eq(masker_add(mk, m[i], got[i], &got_n[i]), 0);
+			}
+			if (round % 2)
+				masker_start(mk);
+			masker_finish(mk);
+			for (int i = 0; i < n; i++) {
+				int want_n = gm_matcher_mask(m[i], want[i]);
+				ck_assert_int_eq(got_n[i], want_n);
+				ck_assert_uint_eq(got[i][0], want[i][0]);
+				gm_matcher_free(m[i]);
+			}
+		}
+		masker_destroy(mk);
+	}
+	gm_grammar_unref(g);
+	gm_vocab_free(v);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("grammar");
@@ -227,6 +281,7 @@ int main(void)
 	tcase_add_test(tc, test_mask_matches_matcher_and_rollback);
 	tcase_add_test(tc, test_refusals_name_what);
 	tcase_add_test(tc, test_engine_constrained_batch);
+	tcase_add_test(tc, test_masker_parallel);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
