@@ -6,8 +6,11 @@
 # users of different groups are apart; with `global` the second user gets
 # the first one's blocks; a client's own scope (pagoda_params.cache_scope)
 # splits its user's cache further. Counted from the DONE event's cached
-# tokens (`pagoda generate --timings`). Root and nobody (setpriv) are the
-# two users: CI is root. Exit 77 without root, setpriv or the model.
+# tokens (`pagoda generate --timings`), and by timing: on SmolLM2-135M a
+# long prompt another user sent comes no faster than a cold one under the
+# default scope, and as fast as a cache hit under `global`. Root and nobody
+# (setpriv) are the two users: CI is root. Exit 77 without root, setpriv or
+# the model.
 . "$(dirname "$0")/lib.sh"
 need_testdata models/stories260K.gguf
 M=$T/models/stories260K.gguf
@@ -60,6 +63,31 @@ start --prefix-cache-scope global
 a=$(cached root); c=$(cached nobody)
 [ "${c:-0}" -ge 16 ] && ok || bad "global scope: nobody found ${c:-?} of root's tokens cached (want >= 16)"
 stop
+
+# timing: TTFT in ms of a ~600-token prompt; a cache hit computes one
+# block, a miss all of them (a ratio, so that a slow machine passes too)
+if SM=$(sh tools/fetch-smollm2.sh 2>/dev/null); then
+	M=$SM
+	P=$(for i in $(seq 24); do printf 'The quick brown fox %d jumps over the lazy dog near the river bank. ' "$i"; done)
+	ttft() {
+		cached "$1" >/dev/null
+		sed -n 's/.*TTFT \([0-9.]*\) ms.*/\1/p' "$D/t"
+	}
+	start
+	cold=$(ttft root); warm=$(ttft root); other=$(ttft nobody)
+	echo "default scope TTFT: cold $cold ms, root's repeat $warm ms, nobody's $other ms" >&2
+	awk -v o="$other" -v w="$warm" 'BEGIN { exit !(o > 4 * w) }' && ok ||
+		bad "default scope: nobody's TTFT $other ms is not well above a hit's $warm ms: the cache leaks by timing"
+	stop
+	start --prefix-cache-scope global
+	cold=$(ttft root); other=$(ttft nobody)
+	echo "global scope TTFT: root cold $cold ms, nobody $other ms" >&2
+	awk -v o="$other" -v c="$cold" 'BEGIN { exit !(4 * o < c) }' && ok ||
+		bad "global scope: nobody's TTFT $other ms is not well below the cold $cold ms"
+	stop
+else
+	echo "SKIP (timing part): SmolLM2-135M-Instruct not available" >&2
+fi
 
 "$B/pagodad" --model "$M" --socket "$S" --bus none --prefix-cache-scope everyone 2>"$D/log"
 rc=$?
