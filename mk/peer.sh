@@ -8,6 +8,7 @@
 #   sh mk/peer.sh built    print the bin folder if it is built, else fail
 #   sh mk/peer.sh version  print the peer's version line
 #   sh mk/peer.sh src      print llama.cpp's source folder (once fetched)
+#   sh mk/peer.sh fetch    fetch and verify the source only; print its folder
 #
 # Environment: PAGODA_BUILD (default build/), PEER_JOBS (default nproc),
 # PEER_SDIST (a local copy of the tarball, for machines without PyPI).
@@ -44,6 +45,37 @@ have_all() {
 	[ "$(cat "$P/stamp" 2>/dev/null)" = "$LCP_VERSION $LLAMA_COMMIT $LLAMA_BUILD" ]
 }
 
+fetch_src() {
+	mkdir -p "$P"
+	if [ ! -d "$SRC" ]; then
+		if [ ! -f "$P/$TGZ" ]; then
+			if [ -n "${PEER_SDIST:-}" ]; then
+				cp "$PEER_SDIST" "$P/$TGZ"
+			else
+				log "pip download llama-cpp-python==$LCP_VERSION (sdist)"
+				python3 -m pip download --quiet --no-deps --no-binary :all: \
+					-d "$P" "llama-cpp-python==$LCP_VERSION" >&2
+			fi
+		fi
+		echo "$LCP_SHA256  $P/$TGZ" | sha256sum -c --quiet - >&2 || {
+			log "$TGZ: sha256 mismatch (want $LCP_SHA256)"
+			exit 1
+		}
+		head=$(tar xzf "$P/$TGZ" -O "llama_cpp_python-$LCP_VERSION/.git/modules/vendor/llama.cpp/HEAD")
+		[ "$head" = "$LLAMA_COMMIT" ] || {
+			log "vendor/llama.cpp is at $head, not $LLAMA_COMMIT"
+			exit 1
+		}
+		tar xzf "$P/$TGZ" -C "$P" "llama_cpp_python-$LCP_VERSION/vendor/llama.cpp"
+	fi
+}
+
+if [ "${1:-}" = fetch ]; then
+	command -v python3 >/dev/null 2>&1 || { log "python3 is missing"; exit 1; }
+	fetch_src
+	echo "$SRC"
+	exit 0
+fi
 if have_all; then
 	echo "$BIN"
 	exit 0
@@ -53,28 +85,7 @@ fi
 for c in cmake c++ python3; do
 	command -v $c >/dev/null 2>&1 || { log "$c is missing (apt-get install cmake g++ python3-pip)"; exit 1; }
 done
-mkdir -p "$P"
-if [ ! -d "$SRC" ]; then
-	if [ ! -f "$P/$TGZ" ]; then
-		if [ -n "${PEER_SDIST:-}" ]; then
-			cp "$PEER_SDIST" "$P/$TGZ"
-		else
-			log "pip download llama-cpp-python==$LCP_VERSION (sdist)"
-			python3 -m pip download --quiet --no-deps --no-binary :all: \
-				-d "$P" "llama-cpp-python==$LCP_VERSION" >&2
-		fi
-	fi
-	echo "$LCP_SHA256  $P/$TGZ" | sha256sum -c --quiet - >&2 || {
-		log "$TGZ: sha256 mismatch (want $LCP_SHA256)"
-		exit 1
-	}
-	head=$(tar xzf "$P/$TGZ" -O "llama_cpp_python-$LCP_VERSION/.git/modules/vendor/llama.cpp/HEAD")
-	[ "$head" = "$LLAMA_COMMIT" ] || {
-		log "vendor/llama.cpp is at $head, not $LLAMA_COMMIT"
-		exit 1
-	}
-	tar xzf "$P/$TGZ" -C "$P" "llama_cpp_python-$LCP_VERSION/vendor/llama.cpp"
-fi
+fetch_src
 
 log "building $(echo $TARGETS) into $BIN (once; 10-20 minutes on 2 cores)"
 t0=$(date +%s)

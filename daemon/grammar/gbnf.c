@@ -392,7 +392,10 @@ int32_t gm_gbnf(struct gm_b *b, const char *src, size_t len)
 			break;
 		gmb_prod(b, nt, &body, 1);
 		if (p.i < p.n && p.s[p.i] != '\n' && !word_char(p.s[p.i])) {
-			gerr(&p, "unexpected character");
+			/* llama.cpp's token references name one vocabulary's ids */
+			gerr(&p, p.s[p.i] == '<' || p.s[p.i] == '!' ? "token references (<[id]>, !<[id]>) are not supported: "
+								      "pagoda's grammars are over bytes"
+								    : "unexpected character");
 			break;
 		}
 		space(&p, true);

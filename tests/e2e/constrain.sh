@@ -60,21 +60,7 @@ printf '{"not":{"enum":[1]}}' > "$dir/not.json"
 printf '1' >"$dir/in"; expect 1 --json-schema "$dir/not.json" <"$dir/in"
 grep -q "unsupported keyword 'not'" "$dir/err" && ok || bad "the refusal does not name 'not': $(cat "$dir/err")"
 
-# llama.cpp's grammars/*.gbnf, where the peer's source is unpacked (mk/peer.sh)
-G=$(ls -d "$B"/peer/llama_cpp_python-*/vendor/llama.cpp/grammars ${PAGODA_PEER_GRAMMARS:-} 2>/dev/null | head -1)
-if [ -n "$G" ]; then
-	for f in "$G"/*.gbnf; do
-		printf 'x' | "$P" constrain -m "$V" --grammar "$f" >/dev/null 2>"$dir/err"
-		[ $? -ne 1 ] && ok || bad "$(basename "$f") does not compile: $(cat "$dir/err")"
-	done
-	printf '{"a": [1, 2.5, "x", true, null], "b": {}}' >"$dir/in"; expect 0 --grammar "$G/json.gbnf" <"$dir/in"
-	printf '{"a": [1, 2.5,]}' >"$dir/in"; expect 2 --grammar "$G/json.gbnf" <"$dir/in"
-	printf '(1+2)*x = 9\n' >"$dir/in"; expect 0 --grammar "$G/arithmetic.gbnf" <"$dir/in"
-	printf '1. e4 e5\n2. Nf3 Nc6\n' >"$dir/in"; expect 0 --grammar "$G/chess.gbnf" <"$dir/in"
-	printf '1. e4 e9\n2. Nf3 Nc6\n' >"$dir/in"; expect 2 --grammar "$G/chess.gbnf" <"$dir/in"
-else
-	echo "SKIP: llama.cpp's grammars/*.gbnf: no peer source under $B/peer (sh mk/peer.sh)" >&2
-fi
+# llama.cpp's grammars/*.gbnf and test-grammar-integration: tests/e2e/llama_grammar.sh
 
 every=7
 [ "${1:-}" = full ] && every=1
