@@ -124,14 +124,8 @@ int cmd_generate(int argc, char **argv)
 	char *file_text = NULL;
 	size_t plen = 0;
 	if (prompt_file) {
-		FILE *f = fopen(prompt_file, "rb");
-		if (!f || !(file_text = read_all(f, &plen))) {
-			perror(prompt_file);
-			if (f)
-				fclose(f);
+		if (!(file_text = read_path(prompt_file, &plen)))
 			return 1;
-		}
-		fclose(f);
 		prompt = file_text;
 	} else if (prompt) {
 		plen = strlen(prompt);
@@ -143,18 +137,11 @@ int cmd_generate(int argc, char **argv)
 	}
 	char *ctext = NULL;
 	if (cfile) {
-		FILE *f = fopen(cfile, "rb");
-		size_t clen;
-		if (!f || !(ctext = read_all(f, &clen))) {
-			perror(cfile);
-			if (f)
-				fclose(f);
+		if (!(ctext = read_path(cfile, &par.constraint_len))) {
 			free(file_text);
 			return 1;
 		}
-		fclose(f);
 		par.constraint = ctext;
-		par.constraint_len = clen;
 	}
 	struct jsonw req = { 0 };
 	if (chat && !file_text) {   /* -p TEXT: one user turn, asking for the reply */

@@ -97,6 +97,17 @@ int opt_sampling(int argc, char **argv, int *i, struct sampling *s)
 	return 1;
 }
 
+char *read_path(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *text = f ? read_all(f, len) : NULL;
+	if (!text)
+		perror(path);
+	if (f)
+		fclose(f);
+	return text;
+}
+
 char *read_all(FILE *f, size_t *len)
 {
 	size_t cap = 4096, n = 0;

@@ -23,6 +23,8 @@ bool opt_size(const char *s, int64_t *out);
 bool opt_float(const char *s, float *out);
 /* Reads a whole stream into a NUL-terminated buffer (caller frees). */
 char *read_all(FILE *f, size_t *len);
+/* read_all of a file, or NULL after perror(path). */
+char *read_path(const char *path, size_t *len);
 double ns_to_s(uint64_t ns);
 
 #define SPEC_FLAGS_HELP                                                                 \

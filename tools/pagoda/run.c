@@ -220,30 +220,19 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	char *file_text = NULL;
+	size_t n_file;
 	if (prompt_file) {
-		FILE *f = fopen(prompt_file, "rb");
-		size_t n;
-		if (!f || !(file_text = read_all(f, &n))) {
-			perror(prompt_file);
-			if (f)
-				fclose(f);
+		if (!(file_text = read_path(prompt_file, &n_file)))
 			return 1;
-		}
-		fclose(f);
 		prompt = file_text;
 	}
 	char *ctext = NULL;
 	size_t clen = 0;
 	if (cfile) {
-		FILE *f = fopen(cfile, "rb");
-		if (!f || !(ctext = read_all(f, &clen))) {
-			perror(cfile);
-			if (f)
-				fclose(f);
+		if (!(ctext = read_path(cfile, &clen))) {
 			free(file_text);
 			return 1;
 		}
-		fclose(f);
 	} else if (cre) {
 		clen = strlen(cre);
 	}
