@@ -15,13 +15,7 @@ DP=
 cleanup() { [ -n "$DP" ] && kill -KILL $DP 2>/dev/null; wait 2>/dev/null; rm -rf "$D"; }
 trap cleanup EXIT
 start() { # extra daemon flags...
-	"$B/pagodad" --model "$M" --socket "$S" --threads 2 --bus none "$@" 2>"$D/log" &
-	DP=$!
-	i=0
-	while ! "$B/pagoda" ping --socket "$S" >/dev/null 2>&1; do
-		i=$((i + 1)); [ $i -gt 200 ] && { echo "pagodad did not start" >&2; cat "$D/log" >&2; exit 1; }
-		sleep 0.05
-	done
+	start_pagodad "$S" "$D/log" --model "$M" --threads 2 --bus none "$@" || exit 1
 }
 start --chat-template "$CT"
 

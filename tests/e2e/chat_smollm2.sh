@@ -22,15 +22,10 @@ fi
 G=$(dirname "$0")/data/smollm2-chat.golden
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-smol-XXXXXX")
 S=$D/s.sock
-"$B/pagodad" --model "$M" --socket "$S" --threads 2 --bus none 2>"$D/log" &
-DP=$!
-cleanup() { kill -KILL $DP 2>/dev/null; wait $DP 2>/dev/null; rm -rf "$D"; }
+DP=
+cleanup() { [ -n "$DP" ] && kill -KILL $DP 2>/dev/null; wait 2>/dev/null; rm -rf "$D"; }
 trap cleanup EXIT
-i=0
-while ! "$B/pagoda" ping --socket "$S" >/dev/null 2>&1; do
-	i=$((i + 1)); [ $i -gt 600 ] && { echo "pagodad did not start" >&2; cat "$D/log" >&2; exit 1; }
-	sleep 0.05
-done
+start_pagodad "$S" "$D/log" --model "$M" --threads 2 --bus none || exit 1
 if ! python3 -c 'import jinja2' 2>/dev/null; then
 	pip install -q --target "$B/py" 'jinja2>=3.1,<3.2' >/dev/null 2>&1 ||
 		echo "note: Jinja2 not installable: the golden's rendering only" >&2

@@ -14,15 +14,10 @@ fi
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-tmux-XXXXXX")
 S=$D/s.sock
 TM="tmux -S $D/tmux.sock"
-"$B/pagodad" --model "$M" --socket "$S" --threads 2 --bus none --log-level debug 2>"$D/log" &
-DP=$!
-cleanup() { $TM kill-server 2>/dev/null; kill -KILL $DP 2>/dev/null; wait $DP 2>/dev/null; rm -rf "$D"; }
+DP=
+cleanup() { $TM kill-server 2>/dev/null; [ -n "$DP" ] && kill -KILL $DP 2>/dev/null; wait 2>/dev/null; rm -rf "$D"; }
 trap cleanup EXIT
-i=0
-while ! "$B/pagoda" ping --socket "$S" >/dev/null 2>&1; do
-	i=$((i + 1)); [ $i -gt 600 ] && { echo "pagodad did not start" >&2; cat "$D/log" >&2; exit 1; }
-	sleep 0.05
-done
+start_pagodad "$S" "$D/log" --model "$M" --threads 2 --bus none --log-level debug || exit 1
 pane() { $TM capture-pane -p -J -S - -t chat; }
 # wait_pane REGEX SECS: the pane shows a line matching REGEX
 wait_pane() {

@@ -8,15 +8,10 @@ M=$T/models/stories260K.gguf
 for b in pagodad pagoda; do [ -x "$B/$b" ] || { echo "SKIP: $B/$b not built" >&2; exit 77; }; done
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-gen-XXXXXX")
 S=$D/s.sock
-"$B/pagodad" --model "$M" --socket "$S" --threads 2 2>"$D/log" &
-DP=$!
-cleanup() { kill -KILL $DP 2>/dev/null; wait $DP 2>/dev/null; rm -rf "$D"; }
+DP=
+cleanup() { [ -n "$DP" ] && kill -KILL $DP 2>/dev/null; wait 2>/dev/null; rm -rf "$D"; }
 trap cleanup EXIT
-i=0
-while ! "$B/pagoda" ping --socket "$S" >/dev/null 2>&1; do
-	i=$((i + 1)); [ $i -gt 200 ] && { echo "pagodad did not start" >&2; cat "$D/log" >&2; exit 1; }
-	sleep 0.05
-done
+start_pagodad "$S" "$D/log" --model "$M" --threads 2 || exit 1
 fail=0
 check() { # prompt n
 	"$B/pagoda" run -m "$M" -p "$1" -n "$2" --temp 0 -t 2 >"$D/run" 2>/dev/null || { echo "run failed: $1" >&2; fail=1; return; }

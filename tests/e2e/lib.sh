@@ -62,7 +62,7 @@ stop_bg() {
 
 # start_pagodad SOCKET LOG ARGS...: pagodad in the background on SOCKET
 # (its pid in DP), returning once it answers a ping; 1 (log shown) if it
-# does not within 10 s.
+# exits or does not answer within 30 s.
 start_pagodad() {
 	_sock=$1 _log=$2
 	shift 2
@@ -71,7 +71,7 @@ start_pagodad() {
 	_n=0
 	while ! "$B/pagoda" ping --socket "$_sock" >/dev/null 2>&1; do
 		_n=$((_n + 1))
-		if [ $_n -gt 200 ] || ! alive $DP; then
+		if [ $_n -gt 600 ] || ! alive $DP; then
 			echo "pagodad did not start" >&2
 			cat "$_log" >&2
 			return 1

@@ -25,15 +25,7 @@ DP=
 cleanup() { [ -n "$DP" ] && kill -KILL $DP 2>/dev/null; wait 2>/dev/null; rm -rf "$D"; }
 trap cleanup EXIT
 P="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends and her dog."
-start() {
-	"$B/pagodad" --model "$M" --socket "$S" --threads 2 --bus none --allow-any "$@" 2>"$D/log" &
-	DP=$!
-	i=0
-	while ! "$B/pagoda" ping --socket "$S" >/dev/null 2>&1; do
-		i=$((i + 1)); [ $i -gt 200 ] && { echo "pagodad did not start" >&2; cat "$D/log" >&2; exit 1; }
-		sleep 0.05
-	done
-}
+start() { start_pagodad "$S" "$D/log" --model "$M" --threads 2 --bus none --allow-any "$@" || exit 1; }
 stop() { stop_bg $DP TERM 30 || bad "pagodad exit status"; DP=; }
 # cached USER: the prompt tokens found in the cache for P sent as USER (root|nobody)
 cached() {
