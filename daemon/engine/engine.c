@@ -312,6 +312,40 @@ static void set_mask_threads(struct engine *e, const struct engine_opts *o)
 	e->mask_threads = n > 8 ? 8 : n;
 }
 
+/* The backend named, the model's weights on it and the KV pool. */
+static int open_compute(struct engine *e, const struct engine_opts *o, const char *name, struct pg_kv_layout *kvl,
+			char *err, size_t errlen)
+{
+	const struct pg_backend_opts bo = {
+		.threads = o->threads, .progress = o->progress, .progress_user = o->progress_user,
+	};
+	int r = pg_backend_open(name, &bo, &e->be, e->backend_note, sizeof e->backend_note);
+	if (r) {
+		snprintf(err, errlen, "%s", e->backend_note);
+		return r;
+	}
+	set_mask_threads(e, o);
+	const struct pg_step_limits lim = { e->max_batch, e->max_seqs, e->n_ctx };
+	if ((r = pg_backend_load_weights(e->be, &e->m->desc, err, errlen)) ||
+	    (r = pg_backend_reserve(e->be, &lim, err, errlen)))
+		return r;
+	const struct model_hparams *hp = &e->m->hp;
+	*kvl = (struct pg_kv_layout){ o->block_size > 0 ? o->block_size : 16, hp->n_layer,
+				      hp->n_head_kv * hp->head_dim, PG_TYPE_F16, PG_TYPE_F16 };
+	if ((r = kv_types(o, kvl, err, errlen)))
+		return r;
+	return kv_pool_init_layout(&e->kv, e->be, pool_blocks(e, o, kvl), kvl, !o->no_prefix_cache, err, errlen);
+}
+
+static void close_compute(struct engine *e)
+{
+	if (e->kv.meta)
+		kv_pool_free(&e->kv);
+	memset(&e->kv, 0, sizeof e->kv);
+	pg_backend_close(e->be);
+	e->be = NULL;
+}
+
 int engine_create(const struct engine_opts *o, struct engine **out, char *err, size_t errlen)
 {
 	struct engine *e = calloc(1, sizeof *e);
@@ -327,25 +361,17 @@ int engine_create(const struct engine_opts *o, struct engine **out, char *err, s
 	if (r)
 		goto fail;
 	set_defaults(e, o);
-	const struct pg_backend_opts bo = {
-		.threads = o->threads, .progress = o->progress, .progress_user = o->progress_user,
-	};
-	if ((r = pg_backend_open(o->backend ? o->backend : "cpu", &bo, &e->be, e->backend_note,
-				 sizeof e->backend_note))) {
-		snprintf(err, errlen, "%s", e->backend_note);
-		goto fail;
+	const char *want = o->backend ? o->backend : "cpu";
+	struct pg_kv_layout kvl;
+	r = open_compute(e, o, want, &kvl, err, errlen);
+	if (r && !strcmp(want, "auto") && e->be && strcmp(e->be->name, "cpu")) {
+		/* auto: the device when it can run this configuration */
+		char why[200];
+		snprintf(why, sizeof why, "%s: %s", e->be->name, err);
+		close_compute(e);
+		if ((r = open_compute(e, o, "cpu", &kvl, err, errlen)) == 0)
+			snprintf(e->backend_note, sizeof e->backend_note, "picked the CPU: %s", why);
 	}
-	set_mask_threads(e, o);
-	const struct pg_step_limits lim = { e->max_batch, e->max_seqs, e->n_ctx };
-	if ((r = pg_backend_load_weights(e->be, &e->m->desc, err, errlen)) ||
-	    (r = pg_backend_reserve(e->be, &lim, err, errlen)))
-		goto fail;
-	const struct model_hparams *hp = &e->m->hp;
-	struct pg_kv_layout kvl = { o->block_size > 0 ? o->block_size : 16, hp->n_layer, hp->n_head_kv * hp->head_dim,
-				    PG_TYPE_F16, PG_TYPE_F16 };
-	if ((r = kv_types(o, &kvl, err, errlen)))
-		goto fail;
-	r = kv_pool_init_layout(&e->kv, e->be, pool_blocks(e, o, &kvl), &kvl, !o->no_prefix_cache, err, errlen);
 	if (r)
 		goto fail;
 	if (o->offload_dir && *o->offload_dir && (r = open_tier(e, o, err, errlen)))
@@ -1396,9 +1422,7 @@ void engine_destroy(struct engine *e)
 	masker_destroy(e->masker);
 	gm_vocab_free(e->gm_vocab);
 	free(e->lp_rows);
-	if (e->kv.meta)
-		kv_pool_free(&e->kv);
-	pg_backend_close(e->be);
+	close_compute(e);
 	model_free(e->m);
 	if (e->evfd >= 0)
 		close(e->evfd);

@@ -83,6 +83,12 @@ if [ -e "$T/models/synth-kq-Q8_0.gguf" ]; then
 	*"the KV cache is f16 only here"*) ok "-ctk q8_0 -ctv q8_0 refused on cuda" ;;
 	*) bad "-ctk q8_0 on cuda: unclear error: $out" ;;
 	esac
+	# auto: the device when it can run the configuration, else the CPU
+	out=$("$B/pagoda" run -m "$T/models/synth-kq-Q8_0.gguf" -p "$P" -n 4 --backend auto -ctk q8_0 -ctv q8_0 --stats 2>&1)
+	case "$?:$out" in
+	0:*"picked the CPU: cuda:"*) ok "auto with -ctk q8_0 ran on the CPU, saying why" ;;
+	*) bad "auto with -ctk q8_0: $out" ;;
+	esac
 fi
 
 section "perplexity on story.txt (within 0.5% of the CPU)"
