@@ -535,10 +535,7 @@ int engine_submit(struct engine *e, struct engine_req *r)
 			return rc;
 		}
 	}
-	/* a constrained request decodes one token at a time: its mask follows
-	 * each token, and verified rows are not masked */
-	struct spec_drafter *dr = r->constraint_kind ? NULL
-				  : spec == ENGINE_SPEC_NGRAM ? e->ngram : spec == ENGINE_SPEC_DRAFT ? e->draft : NULL;
+	struct spec_drafter *dr = spec == ENGINE_SPEC_NGRAM ? e->ngram : spec == ENGINE_SPEC_DRAFT ? e->draft : NULL;
 	if (dr && dr->open(dr, &s->dstate, &r->sampling)) {
 		seq_free(s);
 		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
@@ -1007,6 +1004,47 @@ static void remove_and_finish(struct engine *e, struct seq *s, enum finish_reaso
 	finish(e, s, why, 0, NULL);
 }
 
+/* A constrained sequence's verified rows: row i masked by the matcher's
+ * state after drafts[0, i), so each position is decided as decoding one
+ * token at a time decides it. Returns the drafts left to verify (fewer
+ * when the grammar dead-ends after some), or -1 when the first row allows
+ * nothing. The matcher is left where it was. */
+static int mask_rows(struct engine *e, struct seq *s, float *rows, int k)
+{
+	size_t pos = gm_matcher_pos(s->gm);
+	int i = 0;
+	for (; i <= k; i++) {
+		if (mask_logits(e, s, rows + (size_t)i * e->n_vocab))
+			break;
+		if (i < k && gm_matcher_accept_token(s->gm, s->drafts[i]))
+			break; /* drafts are checked at proposal: not reached */
+	}
+	gm_matcher_rollback(s->gm, pos);
+	return i == 0 ? -1 : i > k ? k : i - 1;
+}
+
+static void remove_and_fail(struct engine *e, struct seq *s, const char *msg)
+{
+	for (int i = 0; i < e->n_running; i++)
+		if (e->running[i] == s) {
+			remove_running(e, i);
+			break;
+		}
+	finish(e, s, FINISH_ERROR, ENGINE_ERR_INVALID, msg);
+}
+
+/* The drafts a constrained sequence may verify: the prefix its grammar
+ * allows, ending before an end-of-generation token. */
+static int allowed_drafts(struct engine *e, struct seq *s, int n)
+{
+	size_t pos = gm_matcher_pos(s->gm);
+	int i = 0;
+	while (i < n && !tok_is_eog(e->m->tok, s->drafts[i]) && gm_matcher_accept_token(s->gm, s->drafts[i]) == 0)
+		i++;
+	gm_matcher_rollback(s->gm, pos);
+	return i;
+}
+
 /* A sequence's last token and k drafts were computed: keep the tokens the
  * acceptance rule gives, the K/V of the drafts that stood, and give back
  * the blocks past them (their positions are written again next step;
@@ -1023,6 +1061,10 @@ static void after_verify(struct engine *e, struct seq *s, const float *rows, int
 	bool lp = s->req->want_logprob && e->lp_rows;
 	if (lp)
 		memcpy(e->lp_rows, rows, (size_t)(k + 1) * row_bytes);
+	if (s->gm && (k = mask_rows(e, s, lg, k)) < 0) {
+		remove_and_fail(e, s, "constraint: no token is allowed here");
+		return;
+	}
 	int n = spec_verify(&s->smp, lg, e->n_vocab, s->drafts, q, k, s->tokens, old, e->vwork);
 	s->n_computed = old;
 	enum finish_reason why = FINISH_NONE;
@@ -1036,6 +1078,8 @@ static void after_verify(struct engine *e, struct seq *s, const float *rows, int
 		}
 		if (lp)
 			logprob_fill(s->req, e->lp_rows + (size_t)i * e->n_vocab, e->n_vocab, tok);
+		if (s->gm)
+			gm_matcher_accept_token(s->gm, tok);
 		emit(e, s, tok);
 		if (i < n - 1)
 			s->n_computed++; /* a draft that stood: its K/V are right */
@@ -1083,12 +1127,7 @@ static void after_forward(struct engine *e, const struct plan *p)
 		if (lp)
 			memcpy(e->lp_row, logits, (size_t)e->n_vocab * sizeof *logits);
 		if (s->gm && mask_logits(e, s, logits)) {
-			for (int i = 0; i < e->n_running; i++)
-				if (e->running[i] == s) {
-					remove_running(e, i);
-					break;
-				}
-			finish(e, s, FINISH_ERROR, ENGINE_ERR_INVALID, "constraint: no token is allowed here");
+			remove_and_fail(e, s, "constraint: no token is allowed here");
 			continue;
 		}
 		int32_t tok = sampler_sample(&s->smp, logits, s->tokens, s->n_tokens);
@@ -1254,6 +1293,8 @@ static void propose_drafts(struct engine *e)
 		for (int i = 0; i < n; i++) {
 			int got = e->asks[i].n_out;
 			e->ask_seq[i]->n_draft = got < 0 ? 0 : got > e->asks[i].max ? e->asks[i].max : got;
+			if (e->ask_seq[i]->gm && e->ask_seq[i]->n_draft)
+				e->ask_seq[i]->n_draft = allowed_drafts(e, e->ask_seq[i], e->ask_seq[i]->n_draft);
 			total += e->ask_seq[i]->n_draft;
 		}
 	}

@@ -37,6 +37,22 @@ for p in "Write JSON:" "Once upon a time" "Tom"; do
 	cmp -s "$D/run" "$D/gen" && ok || bad "constrained generate != run for '$p': $(cat "$D/gen") vs $(cat "$D/run")"
 	valid "$D/person.json" "$D/gen" && ok || bad "greedy output does not validate: $(cat "$D/gen")"
 done
+# speculative decoding under a constraint: drafts cut to what the grammar
+# allows, each verified row masked; greedy output unchanged (prompt lookup
+# through the daemon, a draft model in-process)
+cp="Copy: {\"name\":\"Tom\",\"age\":7,\"pets\":[\"cat\",\"dog\"]} and again: {\"name\":\"Tom\",\"age\":7,"
+for p in "Write JSON:" "$cp"; do
+	gen -p "$p" -n 80 --temp 0 --json-schema "$D/person.json" >"$D/a" 2>/dev/null
+	gen -p "$p" -n 80 --temp 0 --json-schema "$D/person.json" --speculative ngram >"$D/b" 2>"$D/err"
+	cmp -s "$D/a" "$D/b" && ok || bad "constrained + ngram differs for '$p': $(cat "$D/b") vs $(cat "$D/a") $(cat "$D/err")"
+	run -p "$p" -n 80 --temp 0 --json-schema "$D/person.json" --speculative draft \
+		--draft-model "$T/models/stories260K-Q4_0.gguf" >"$D/b" 2>"$D/err"
+	cmp -s "$D/a" "$D/b" && ok || bad "constrained + draft model differs for '$p': $(cat "$D/b") $(cat "$D/err")"
+done
+gen -p "$cp" -n 60 --temp 0.9 --seed 4 --json-schema "$D/person.json" --speculative ngram >"$D/b" 2>"$D/err" ||
+	bad "sampled constrained + ngram: $(cat "$D/err")"
+valid "$D/person.json" "$D/b" && ok || bad "sampled constrained + ngram output does not validate: $(cat "$D/b")"
+
 # six at once: the daemon batches them and computes their masks in
 # parallel; each reply equals the one it gave alone
 for i in 1 2 3 4 5 6; do
