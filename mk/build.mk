@@ -115,7 +115,7 @@ $(CLIENT_A): $(call obj,$(CLIENT_SRCS))
 	@rm -f $@
 	ar rcs $@ $^
 $(CLIENT_SO): $(call obj,$(CLIENT_SRCS))
-	$(CC) -shared -Wl,-soname,libpagoda.so.0 $(LDFLAGS) -o $@ $^ -pthread
+	$(CC) -shared -Wl,-soname,libpagoda.so.1 $(LDFLAGS) -o $@ $^ -pthread
 
 # The daemon less its main: pagodad and the tests link it.
 $(SERVER_LIB): $(call obj,$(SERVER_SRCS))

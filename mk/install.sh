@@ -24,7 +24,7 @@ files() {
 	for b in pagoda pagodad pagoda-mkmodel pagoda-bench pagoda-trace pagoda-gateway; do
 		[ -e "$BUILD/$b" ] && echo "$BUILD/$b $BINDIR/$b 0755"
 	done
-	echo "$BUILD/libpagoda.so $LIBDIR/libpagoda.so.0 0755"
+	echo "$BUILD/libpagoda.so $LIBDIR/libpagoda.so.1 0755"
 	# the CUDA backend, where nvcc built it: pagodad dlopens it by name
 	[ -e "$BUILD/libpagoda-cuda.so" ] && echo "$BUILD/libpagoda-cuda.so $LIBDIR/libpagoda-cuda.so 0755"
 	echo "$BUILD/libpagoda.a $LIBDIR/libpagoda.a 0644"
@@ -64,7 +64,7 @@ case $action in
 install)
 	echo "installing into ${D:-/} (prefix $PREFIX):"
 	files | while read -r src dst mode; do install_one "$src" "$dst" "$mode"; done
-	ln -sf libpagoda.so.0 "$D$LIBDIR/libpagoda.so"
+	ln -sf libpagoda.so.1 "$D$LIBDIR/libpagoda.so"
 	# the config is the operator's: never overwrite an edited one
 	mkdir -p "$D$SYSCONFDIR/pagoda"
 	if [ ! -e "$D$SYSCONFDIR/pagoda/pagodad.conf" ]; then

@@ -16,7 +16,7 @@ P=/usr/local
 
 sh mk/install.sh install "$D" "$P" "$B" >"$D/log" 2>&1 && ok || { bad "install: $(cat "$D/log")"; finish; }
 exists() { for f in "$@"; do [ -e "$D$f" ] && ok || bad "not installed: $f"; done; }
-exists $P/bin/pagodad $P/bin/pagoda $P/lib/libpagoda.so.0 $P/lib/libpagoda.so $P/lib/libpagoda.a \
+exists $P/bin/pagodad $P/bin/pagoda $P/lib/libpagoda.so.1 $P/lib/libpagoda.so $P/lib/libpagoda.a \
 	$P/include/pagoda.h $P/lib/pkgconfig/pagoda.pc \
 	$P/lib/systemd/system/pagodad.service $P/lib/systemd/system/pagodad.socket \
 	$P/lib/sysusers.d/pagoda.conf $P/lib/tmpfiles.d/pagoda.conf \
