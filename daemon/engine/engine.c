@@ -1296,6 +1296,8 @@ static void propose_drafts(struct engine *e)
 			if (e->ask_seq[i]->gm && e->ask_seq[i]->n_draft)
 				e->ask_seq[i]->n_draft = allowed_drafts(e, e->ask_seq[i], e->ask_seq[i]->n_draft);
 			total += e->ask_seq[i]->n_draft;
+			if (dr->costly && !e->ask_seq[i]->n_draft)
+				spec_pace_update(&e->ask_seq[i]->pace, 0, 0);
 		}
 	}
 	if (total && !logit_room(e, total))

@@ -40,6 +40,10 @@ struct spec_drafter {
 	/* Drafts are drawn from a distribution it reports (ask.q) when
 	 * sampling; without it each draft is taken as certain (q = 1 there). */
 	bool has_q;
+	/* Asking costs a model pass even when no draft comes back (a draft
+	 * model): the engine counts an empty answer as a pass that kept
+	 * nothing, so such a sequence soon stops asking. */
+	bool costly;
 	/* Per-sequence state (*state may stay NULL); 0 or a negative errno. */
 	int (*open)(struct spec_drafter *d, void **state, const struct sampling *sampling);
 	void (*close)(struct spec_drafter *d, void *state);
@@ -97,7 +101,8 @@ struct spec_pace {
 void spec_pace_init(struct spec_pace *p, int max);
 /* Draft tokens to ask for now (0: none, this pass counts toward a pause). */
 int spec_pace_want(struct spec_pace *p);
-/* After a pass that verified k drafts and accepted acc of them. */
+/* After a pass that verified k drafts and accepted acc of them; k = 0:
+ * a costly drafter had nothing (a miss). */
 void spec_pace_update(struct spec_pace *p, int k, int acc);
 
 #endif

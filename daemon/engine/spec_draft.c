@@ -21,10 +21,19 @@
  * probability: such a guess is more often wrong than right. */
 #define DRAFT_P_MIN 0.6f
 
+/* A sequence that comes back from a pause (spec_pace) has moved on by more
+ * tokens than a probe is worth computing: the draft starts over from the
+ * sequence's first token and its last PROBE_WINDOW. Drafts are guesses
+ * and the rule checks them, so a shorter context costs nothing but some
+ * guesses; the probe only asks whether guessing pays again. */
+#define PROBE_WINDOW 8
+
 struct dseq {
 	struct kv_seq kv;
 	int32_t *tok;  /* what the draft has seen: n_seen tokens, the first n_done in its cache */
 	int n_done, n_seen;
+	int off;       /* the draft's position i > 0 holds the sequence's i + off */
+	bool synced;   /* it has computed the whole sequence once */
 	struct sampler smp;
 	bool live;     /* drafting in this propose */
 };
@@ -74,17 +83,30 @@ static void draft_close(struct spec_drafter *base, void *state)
 	free(s);
 }
 
+/* The sequence's token at the draft's position i. */
+static int32_t seq_tok(const struct dseq *s, const struct spec_ask *a, int i)
+{
+	return a->tokens[i ? i + s->off : 0];
+}
+
 /* Forgets what the target did not keep: the cache holds the longest common
  * prefix of what the draft saw and the sequence now, less its last token
- * (which the first round computes to get a row of logits). */
+ * (which the first round computes to get a row of logits); back from a
+ * pause, the first token and a window of the last. */
 static void sync_seq(struct draft *d, struct dseq *s, const struct spec_ask *a)
 {
-	int lcp = 0;
-	while (lcp < s->n_done && lcp < a->n_tokens && s->tok[lcp] == a->tokens[lcp])
+	int n = a->n_tokens - s->off, lcp = 0;
+	while (lcp < s->n_done && lcp < n && s->tok[lcp] == seq_tok(s, a, lcp))
 		lcp++;
-	s->n_done = lcp < a->n_tokens - 1 ? lcp : a->n_tokens - 1;
-	memcpy(s->tok + s->n_done, a->tokens + s->n_done, (size_t)(a->n_tokens - s->n_done) * sizeof *s->tok);
-	s->n_seen = a->n_tokens;
+	if (s->synced && n - lcp > PROBE_WINDOW + 1) {
+		s->off = a->n_tokens - PROBE_WINDOW - 1;
+		n = PROBE_WINDOW + 1;
+		lcp = lcp < 1 ? lcp : 1;
+	}
+	s->n_done = lcp < n - 1 ? lcp : n - 1;
+	for (int i = s->n_done; i < n; i++)
+		s->tok[i] = seq_tok(s, a, i);
+	s->n_seen = n;
 	kv_seq_truncate(&d->kv, &s->kv, s->n_done);
 }
 
@@ -137,9 +159,10 @@ static void draft_propose(struct spec_drafter *base, struct spec_ask *asks, int 
 				d->b_seq[nt] = ns;
 				d->b_want[nt] = whole && t == take - 1;
 			}
-			if (whole)
+			if (whole) {
 				d->row_ask[rows++] = i;
-			else
+				s->synced = true;
+			} else
 				s->live = false;
 			s->n_done += take;
 			ns++;
@@ -224,7 +247,7 @@ int spec_draft_create(const struct spec_draft_opts *o, struct spec_drafter **out
 		return -ENOMEM;
 	}
 	d->base = (struct spec_drafter){
-		.name = "draft", .has_q = true, .open = draft_open, .close = draft_close,
+		.name = "draft", .has_q = true, .costly = true, .open = draft_open, .close = draft_close,
 		.propose = draft_propose, .destroy = draft_destroy,
 	};
 	d->n_ctx = o->n_ctx;

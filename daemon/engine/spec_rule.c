@@ -82,24 +82,26 @@ int spec_pace_want(struct spec_pace *p)
 }
 
 /* Grow while every draft stands; cut to one past what stood; after three
- * passes that kept nothing, stop drafting for a while, twice as long each
- * time it happens again, so a sequence the drafter cannot guess pays for
- * a few rows now and then, not every pass. */
+ * passes that kept nothing, stop drafting for a while; the pass after a
+ * pause is a probe, and if it keeps nothing too the next pause is twice as
+ * long, so a sequence the drafter cannot guess pays for a probe now and
+ * then, not every pass. k = 0: the drafter was asked and had nothing,
+ * which counts as a miss for a drafter that paid for it. */
 void spec_pace_update(struct spec_pace *p, int k, int acc)
 {
-	if (k <= 0)
+	if (k < 0)
 		return;
-	if (acc == k) {
+	if (k > 0 && acc == k) {
 		int base = p->k > k ? p->k : k;
 		p->k = base + 2 < p->max ? base + 2 : p->max;
-	} else {
+	} else if (k > 0) {
 		p->k = acc + 1;
 	}
 	if (acc > 0) {
 		p->misses = 0;
 		p->pause_len = 8;
 	} else if (++p->misses >= 3) {
-		p->misses = 0;
+		p->misses = 2;
 		p->pause = p->pause_len;
 		p->pause_len = p->pause_len < 128 ? p->pause_len * 2 : 256;
 	}

@@ -96,7 +96,7 @@ static struct engine *make_at(const char *rel, struct engine_opts o)
  * They know each request's solo output: the oracle proposes it (and the
  * end-of-text token where the output ended there), junk proposes noise,
  * half proposes the truth with one token spoiled. */
-enum { ORACLE, JUNK, HALF };
+enum { ORACLE, JUNK, HALF, EMPTY };
 
 #define N_REQ 32
 struct truth {
@@ -111,6 +111,7 @@ struct test_drafter {
 	uint64_t rng;
 	int n_vocab;
 	const struct truth *truth;
+	int asks;
 };
 
 static uint64_t lcg(uint64_t *x)
@@ -132,9 +133,12 @@ static void td_close(struct spec_drafter *d, void *state)
 static void td_propose(struct spec_drafter *base, struct spec_ask *asks, int n)
 {
 	struct test_drafter *d = (struct test_drafter *)base;
+	d->asks += n;
 	for (int i = 0; i < n; i++) {
 		struct spec_ask *a = &asks[i];
 		a->n_out = 0;
+		if (d->mode == EMPTY)
+			continue;
 		const int32_t *want = NULL;
 		int have = 0;
 		for (int j = 0; j < d->truth->n && !want; j++)
@@ -161,6 +165,7 @@ static void td_init(struct test_drafter *d, int mode, int n_vocab, const struct 
 		.base = { .name = "test", .open = td_open, .close = td_close, .propose = td_propose },
 		.mode = mode, .rng = 42, .n_vocab = n_vocab, .truth = truth,
 	};
+	d->base.costly = mode == EMPTY;
 }
 
 /* ---- bit for bit: k rows in one step, or one at a time -------------------- */
@@ -580,6 +585,104 @@ START_TEST(test_junk_drafts_roll_back)
 }
 END_TEST
 
+/* A costly drafter that never has anything (a draft model unsure of every
+ * guess) is soon left alone: three asks, then a probe after pauses that
+ * double (8, 16, 32 passes): at most six asks in a request's 64 passes. */
+START_TEST(test_empty_costly_drafter_paused)
+{
+	struct test_drafter td;
+	run_solo();
+	if (!n_vocab)
+		return;
+	td_init(&td, EMPTY, n_vocab, &truth);
+	struct engine *e = make_at("models/stories260K.gguf", (struct engine_opts){ .max_seqs = 32, .drafter = &td.base });
+	static struct engine_req r[N_REQ];
+	int gen = 0;
+	for (int i = 0; i < N_REQ; i++) {
+		init_req(&r[i], &run_b.out[i], i, prompts[i], plen[i], pmax[i], ENGINE_SPEC_DRAFT);
+		ck_assert_int_eq(engine_submit(e, &r[i]), 0);
+	}
+	drain(e);
+	for (int i = 0; i < N_REQ; i++) {
+		ck_assert_int_eq(run_b.out[i].n, solo[i].n);
+		ck_assert(!memcmp(run_b.out[i].ids, solo[i].ids, solo[i].n * sizeof(int32_t)));
+		ck_assert_int_eq(run_b.out[i].t.n_drafted, 0);
+		gen += solo[i].n;
+	}
+	ck_assert_int_ge(td.asks, N_REQ);
+	ck_assert_msg(td.asks <= 6 * N_REQ, "%d asks for %d tokens", td.asks, gen);
+	engine_destroy(e);
+}
+END_TEST
+
+/* Back from a pause, the draft model starts over from the sequence's first
+ * token and a window of its last (spec_draft.c): a sequence asked again
+ * after a long gap drafts what a fresh one given just those tokens does,
+ * and a sequence asked pass after pass drafts as one that saw it all. */
+START_TEST(test_draft_window_after_pause)
+{
+	char tp[4096], dp[4096], err[512];
+	if (testdata_path(tp, sizeof tp, "models/stories260K.gguf") ||
+	    testdata_path(dp, sizeof dp, "models/stories260K-Q4_0.gguf"))
+		return;
+	run_solo();
+	struct model *m;
+	ck_assert_msg(model_load(tp, &m, err, sizeof err) == 0, "%s", err);
+	const struct spec_draft_opts o = { .path = dp, .vocab = m->tok, .backend = "cpu", .threads = 1,
+					   .n_ctx = 512, .max_seqs = 4, .max_batch = 256 };
+	struct spec_drafter *d;
+	ck_assert_msg(spec_draft_create(&o, &d, err, sizeof err) == 0, "%s", err);
+	ck_assert(d->costly);
+	struct sampling smp;
+	sampling_defaults(&smp);
+	smp.temp = 0;
+	int checked = 0;
+	for (int i = 0; i < N_REQ; i++) {
+		const int32_t *seq = truth.seq[i];
+		int n = truth.len[i];
+		if (n < plen[i] + 30)
+			continue;
+		int32_t out[3][4], view[16];
+		void *st[3];
+		for (int k = 0; k < 3; k++)
+			ck_assert_int_eq(d->open(d, &st[k], &smp), 0);
+		struct spec_ask a = { .state = st[0], .tokens = seq, .n_tokens = plen[i], .max = 4,
+				      .sampling = &smp, .out = out[0] };
+		d->propose(d, &a, 1);
+		/* the same sequence 30 tokens on: a window */
+		a.n_tokens = plen[i] + 30;
+		a.n_out = 0;
+		d->propose(d, &a, 1);
+		/* a fresh one given the first token and the last 8 */
+		view[0] = seq[0];
+		memcpy(view + 1, seq + a.n_tokens - 8, 8 * sizeof *view);
+		struct spec_ask b = { .state = st[1], .tokens = view, .n_tokens = 9, .max = 4, .sampling = &smp,
+				      .out = out[1] };
+		d->propose(d, &b, 1);
+		ck_assert_int_eq(a.n_out, b.n_out);
+		ck_assert(!memcmp(out[0], out[1], a.n_out * sizeof **out));
+		/* asked at every token from the prompt on: no window */
+		struct spec_ask c = { .state = st[2], .tokens = seq, .max = 4, .sampling = &smp, .out = out[2] };
+		for (c.n_tokens = plen[i]; c.n_tokens <= a.n_tokens; c.n_tokens++)
+			d->propose(d, &c, 1);
+		void *st3;
+		ck_assert_int_eq(d->open(d, &st3, &smp), 0);
+		struct spec_ask f = { .state = st3, .tokens = seq, .n_tokens = a.n_tokens, .max = 4, .sampling = &smp,
+				      .out = out[1] };
+		d->propose(d, &f, 1);
+		ck_assert_int_eq(c.n_out, f.n_out);
+		ck_assert(!memcmp(out[2], out[1], c.n_out * sizeof **out));
+		for (int k = 0; k < 3; k++)
+			d->close(d, st[k]);
+		d->close(d, st3);
+		checked += a.n_out > 0;
+	}
+	ck_assert_int_gt(checked, 0);
+	d->destroy(d);
+	model_free(m);
+}
+END_TEST
+
 static int probe_cache(struct engine *e, int *cached)
 {
 	int k = 0;
@@ -825,22 +928,30 @@ START_TEST(test_pace)
 	ck_assert_int_eq(spec_pace_want(&p), 8);
 	spec_pace_update(&p, 8, 2);
 	ck_assert_int_eq(spec_pace_want(&p), 3);
-	/* three passes that keep nothing: a pause of 8, then of 16 */
-	for (int round = 0; round < 2; round++) {
-		for (int i = 0; i < 3; i++) {
-			int k = spec_pace_want(&p);
-			ck_assert_int_gt(k, 0);
-			spec_pace_update(&p, k, 0);
-		}
-		for (int i = 0; i < 8 << round; i++)
+	/* three passes that keep nothing: a pause of 8; each probe after a
+	 * pause that keeps nothing: a pause twice as long, up to 256 */
+	for (int i = 0; i < 3; i++) {
+		int k = spec_pace_want(&p);
+		ck_assert_int_gt(k, 0);
+		spec_pace_update(&p, k, 0);
+	}
+	for (int len = 8; len <= 256; len = len < 256 ? len * 2 : 512) {
+		for (int i = 0; i < len; i++)
 			ck_assert_int_eq(spec_pace_want(&p), 0);
 		ck_assert_int_eq(spec_pace_want(&p), 1);
 		spec_pace_update(&p, 1, 0);
-		p.misses = 0; /* next round starts with three fresh misses */
 	}
+	ck_assert_int_eq(p.pause, 256);
 	/* one that stands ends the backing off */
+	p.pause = 0;
 	spec_pace_update(&p, 1, 1);
 	ck_assert_int_eq(p.pause_len, 8);
+	ck_assert_int_eq(spec_pace_want(&p), 3);
+	/* a costly drafter's empty answers are misses, and leave the length */
+	for (int i = 0; i < 3; i++)
+		spec_pace_update(&p, 0, 0);
+	ck_assert_int_eq(p.pause, 8);
+	ck_assert_int_eq(p.k, 3);
 }
 END_TEST
 
@@ -870,6 +981,8 @@ int main(void)
 	tcase_add_test(tc, test_half_right_drafts);
 	tcase_add_test(tc, test_junk_drafts_roll_back);
 	tcase_add_test(tc, test_rejected_never_cached);
+	tcase_add_test(tc, test_empty_costly_drafter_paused);
+	tcase_add_test(tc, test_draft_window_after_pause);
 	tcase_add_test(tc, test_bad_requests);
 	tcase_add_loop_test(ts, test_sampling_keeps_distribution, 0, N_MODES);
 	SRunner *sr = srunner_create(s);
