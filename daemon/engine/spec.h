@@ -44,6 +44,7 @@ struct spec_drafter {
 	 * model): the engine counts an empty answer as a pass that kept
 	 * nothing, so such a sequence soon stops asking. */
 	bool costly;
+	uint64_t n_computed; /* tokens its own model computed: what drafting cost */
 	/* Per-sequence state (*state may stay NULL); 0 or a negative errno. */
 	int (*open)(struct spec_drafter *d, void **state, const struct sampling *sampling);
 	void (*close)(struct spec_drafter *d, void *state);
@@ -56,7 +57,8 @@ struct spec_drafter {
 
 /* Prompt lookup: the longest recent n-gram (SPEC_NGRAM_MAX down to
  * SPEC_NGRAM_MIN tokens) ending the sequence that occurred earlier in it
- * proposes the tokens that followed that occurrence. */
+ * proposes the tokens that followed that occurrence, at most half as many
+ * as the tokens before them that agree with the sequence's end. */
 #define SPEC_NGRAM_MAX 4
 #define SPEC_NGRAM_MIN 2
 int spec_ngram_create(struct spec_drafter **out);

@@ -32,6 +32,7 @@ struct dseq {
 	struct kv_seq kv;
 	int32_t *tok;  /* what the draft has seen: n_seen tokens, the first n_done in its cache */
 	int n_done, n_seen;
+	int n_true;    /* of them the sequence's (the rest are drafts) */
 	int off;       /* the draft's position i > 0 holds the sequence's i + off */
 	bool synced;   /* it has computed the whole sequence once */
 	struct sampler smp;
@@ -99,15 +100,19 @@ static void sync_seq(struct draft *d, struct dseq *s, const struct spec_ask *a)
 	while (lcp < s->n_done && lcp < n && s->tok[lcp] == seq_tok(s, a, lcp))
 		lcp++;
 	if (s->synced && n - lcp > PROBE_WINDOW + 1) {
+		/* all of it anew: position 0's block may be shared */
 		s->off = a->n_tokens - PROBE_WINDOW - 1;
 		n = PROBE_WINDOW + 1;
-		lcp = lcp < 1 ? lcp : 1;
+		lcp = 0;
 	}
 	s->n_done = lcp < n - 1 ? lcp : n - 1;
 	for (int i = s->n_done; i < n; i++)
 		s->tok[i] = seq_tok(s, a, i);
-	s->n_seen = n;
+	s->n_seen = s->n_true = n;
 	kv_seq_truncate(&d->kv, &s->kv, s->n_done);
+	/* a prompt another sequence had: its blocks from the cache */
+	if (!s->n_done && !s->off)
+		s->n_done = kv_seq_match_prefix(&d->kv, &s->kv, s->tok, n);
 }
 
 /* The draft's token from its row: argmax (given enough confidence) or a
@@ -183,6 +188,14 @@ static void draft_propose(struct spec_drafter *base, struct spec_ask *asks, int 
 				kv_seq_truncate(&d->kv, &s->kv, 0);
 			}
 			break;
+		}
+		d->base.n_computed += nt;
+		/* the sequences' own tokens (never a draft, never a window) for
+		 * the sequences after them */
+		for (int i = 0; i < n; i++) {
+			struct dseq *s = asks[i].state;
+			if (!s->off)
+				kv_seq_commit(&d->kv, &s->kv, s->tok, s->n_done < s->n_true ? s->n_done : s->n_true);
 		}
 		for (int r = 0; r < rows; r++) {
 			struct spec_ask *a = &asks[d->row_ask[r]];
@@ -274,7 +287,7 @@ int spec_draft_create(const struct spec_draft_opts *o, struct spec_drafter **out
 		if (n * (int64_t)bb > (1ll << 30))
 			n = (1ll << 30) / (int64_t)bb;
 		r = kv_pool_init(&d->kv, d->be, n > per_ctx ? n : per_ctx, bs, hp->n_layer,
-				 hp->n_head_kv * hp->head_dim, false, why, sizeof why);
+				 hp->n_head_kv * hp->head_dim, true, why, sizeof why);
 	}
 	if (!r) {
 		d->b_tok = malloc(d->max_batch * sizeof *d->b_tok);

@@ -10,7 +10,10 @@
 
 /* The latest earlier occurrence of the tail, longest tail first. What
  * follows it is read on past the end of the sequence into the proposal
- * itself, so a repeating stretch proposes its continuation. */
+ * itself, so a repeating stretch proposes its continuation. The proposal
+ * is at most half as long as the stretch that matched there (the tail,
+ * followed back while the two agree): a long match is a copy under way,
+ * a short one often chance, and every draft that falls costs a row. */
 int spec_ngram_lookup(const int32_t *tokens, int n, int max, int32_t *out)
 {
 	for (int g = n - 1 < SPEC_NGRAM_MAX ? n - 1 : SPEC_NGRAM_MAX; g >= SPEC_NGRAM_MIN; g--) {
@@ -18,6 +21,12 @@ int spec_ngram_lookup(const int32_t *tokens, int n, int max, int32_t *out)
 		for (int i = n - g - 1; i >= 0; i--) {
 			if (tokens[i] != tail[0] || memcmp(tokens + i, tail, g * sizeof *tokens))
 				continue;
+			int len = g;
+			while (len < 2 * ENGINE_DRAFT_MAX && i + g - len > 0 &&
+			       tokens[i + g - len - 1] == tokens[n - len - 1])
+				len++;
+			if (max > len / 2)
+				max = len / 2;
 			int from = i + g;
 			for (int c = 0; c < max; c++, from++)
 				out[c] = from < n ? tokens[from] : out[from - n];

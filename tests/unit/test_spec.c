@@ -683,6 +683,87 @@ START_TEST(test_draft_window_after_pause)
 }
 END_TEST
 
+/* The draft model's pool caches prompts: a second sequence with the same
+ * prompt computes only what its whole blocks do not hold, and drafts the
+ * same. */
+START_TEST(test_draft_prefix_cache)
+{
+	char tp[4096], dp[4096], err[512];
+	if (testdata_path(tp, sizeof tp, "models/stories260K.gguf") ||
+	    testdata_path(dp, sizeof dp, "models/stories260K-Q4_0.gguf"))
+		return;
+	run_solo();
+	struct model *m;
+	ck_assert_msg(model_load(tp, &m, err, sizeof err) == 0, "%s", err);
+	const struct spec_draft_opts o = { .path = dp, .vocab = m->tok, .backend = "cpu", .threads = 1,
+					   .n_ctx = 512, .max_seqs = 4, .max_batch = 256 };
+	struct spec_drafter *d;
+	ck_assert_msg(spec_draft_create(&o, &d, err, sizeof err) == 0, "%s", err);
+	struct sampling smp;
+	sampling_defaults(&smp);
+	smp.temp = 0;
+	int i = 0;
+	while (truth.len[i] < 100)
+		i++;
+	int32_t out[2] = { -1, -1 };
+	int n_out[2];
+	uint64_t cost[2];
+	for (int k = 0; k < 2; k++) {
+		void *st;
+		ck_assert_int_eq(d->open(d, &st, &smp), 0);
+		/* one draft: one round, the prompt's tokens and nothing more */
+		struct spec_ask a = { .state = st, .tokens = truth.seq[i], .n_tokens = 100, .max = 1,
+				      .sampling = &smp, .out = &out[k] };
+		uint64_t before = d->n_computed;
+		d->propose(d, &a, 1);
+		cost[k] = d->n_computed - before;
+		n_out[k] = a.n_out;
+		d->close(d, st);
+	}
+	ck_assert_uint_eq(cost[0], 100);
+	ck_assert_uint_eq(cost[1], 100 - 96); /* six blocks of 16 from the cache */
+	ck_assert_int_eq(n_out[0], n_out[1]);
+	ck_assert_int_eq(out[0], out[1]);
+	d->destroy(d);
+	model_free(m);
+}
+END_TEST
+
+/* A draft model that is seldom sure enough to draft (synth-kq's random
+ * weights, Q4_0 for F32) computes little beyond the prompt: its first
+ * empty answers pause it, and a probe computes a window. */
+START_TEST(test_unsure_draft_model_idles)
+{
+	char tp[4096], dp[4096], err[512];
+	int32_t prompt[64], want[MAX_OUT];
+	if (testdata_path(tp, sizeof tp, "models/synth-kq-F32.gguf") ||
+	    testdata_path(dp, sizeof dp, "models/synth-kq-Q4_0.gguf"))
+		return;
+	int np = read_ids("golden/synth-kq-F32.ids", "prompt_ids", prompt, 64);
+	int nw = read_ids("golden/synth-kq-F32.ids", "output_ids", want, MAX_OUT);
+	struct model *m;
+	ck_assert_msg(model_load(tp, &m, err, sizeof err) == 0, "%s", err);
+	const struct spec_draft_opts so = { .path = dp, .vocab = m->tok, .backend = "cpu", .threads = 2,
+					    .n_ctx = 2048, .max_seqs = 8, .max_batch = 512 };
+	struct spec_drafter *d;
+	ck_assert_msg(spec_draft_create(&so, &d, err, sizeof err) == 0, "%s", err);
+	struct engine *e = make_at("models/synth-kq-F32.gguf", (struct engine_opts){ .max_seqs = 8, .drafter = d });
+	struct engine_req r;
+	struct out res;
+	init_req(&r, &res, 1, prompt, np, nw, ENGINE_SPEC_DRAFT);
+	ck_assert_int_eq(engine_submit(e, &r), 0);
+	drain(e);
+	ck_assert_int_eq(res.n, nw);
+	ck_assert(!memcmp(res.ids, want, nw * sizeof *want));
+	/* before pausing: one token per pass, the prompt's and 64 more */
+	ck_assert_msg(d->n_computed <= (uint64_t)(np + nw / 2), "the draft model computed %llu tokens for %d",
+		      (unsigned long long)d->n_computed, np + nw);
+	engine_destroy(e);
+	d->destroy(d);
+	model_free(m);
+}
+END_TEST
+
 static int probe_cache(struct engine *e, int *cached)
 {
 	int k = 0;
@@ -895,14 +976,19 @@ END_TEST
 
 START_TEST(test_ngram_lookup)
 {
-	int32_t out[8];
-	const int32_t a[] = { 5, 6, 7, 8, 9, 1, 2, 5, 6, 7 };
-	/* "5 6 7" occurred at 0: what followed it */
-	ck_assert_int_eq(spec_ngram_lookup(a, 10, 4, out), 4);
-	ck_assert(out[0] == 8 && out[1] == 9 && out[2] == 1 && out[3] == 2);
+	int32_t out[16];
+	const int32_t a[] = { 11, 12, 13, 14, 5, 6, 7, 8, 9, 1, 2, 11, 12, 13, 14, 5, 6, 7 };
+	/* "14 5 6 7" occurred at 3, and the 7 tokens that end the sequence
+	 * agree with those there: 3 of what followed */
+	ck_assert_int_eq(spec_ngram_lookup(a, 18, 8, out), 3);
+	ck_assert(out[0] == 8 && out[1] == 9 && out[2] == 1);
+	ck_assert_int_eq(spec_ngram_lookup(a, 18, 2, out), 2);
+	/* only "5 6 7" agrees: one */
+	ck_assert_int_eq(spec_ngram_lookup(a + 4, 14, 8, out), 1);
+	ck_assert_int_eq(out[0], 8);
 	/* a repeating stretch proposes its continuation past the end */
-	const int32_t b[] = { 3, 4, 3, 4, 3, 4 };
-	ck_assert_int_eq(spec_ngram_lookup(b, 6, 5, out), 5);
+	const int32_t b[] = { 3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3, 4 };
+	ck_assert_int_eq(spec_ngram_lookup(b, 12, 5, out), 5);
 	ck_assert(out[0] == 3 && out[1] == 4 && out[2] == 3 && out[3] == 4 && out[4] == 3);
 	/* the latest occurrence wins */
 	const int32_t c[] = { 1, 2, 10, 1, 2, 20, 1, 2 };
@@ -983,6 +1069,8 @@ int main(void)
 	tcase_add_test(tc, test_rejected_never_cached);
 	tcase_add_test(tc, test_empty_costly_drafter_paused);
 	tcase_add_test(tc, test_draft_window_after_pause);
+	tcase_add_test(tc, test_draft_prefix_cache);
+	tcase_add_test(tc, test_unsure_draft_model_idles);
 	tcase_add_test(tc, test_bad_requests);
 	tcase_add_loop_test(ts, test_sampling_keeps_distribution, 0, N_MODES);
 	SRunner *sr = srunner_create(s);
