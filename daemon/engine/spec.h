@@ -96,7 +96,8 @@ int spec_verify(struct sampler *smp, float *rows, int n_vocab, const int32_t *dr
 struct spec_pace {
 	int max;      /* the request's limit */
 	int k;        /* the next draft's length */
-	int misses;   /* passes in a row that accepted nothing */
+	int misses;   /* passes in a row that accepted nothing (spec_rule.c: MISS) */
+	bool hit;     /* a draft has stood */
 	int pause;    /* passes left without drafting */
 	int pause_len;
 };
@@ -104,7 +105,8 @@ void spec_pace_init(struct spec_pace *p, int max);
 /* Draft tokens to ask for now (0: none, this pass counts toward a pause). */
 int spec_pace_want(struct spec_pace *p);
 /* After a pass that verified k drafts and accepted acc of them; k = 0:
- * a costly drafter had nothing (a miss). */
+ * a costly drafter had nothing (a third of a miss until a draft has
+ * stood, a sixth after). */
 void spec_pace_update(struct spec_pace *p, int k, int acc);
 
 #endif

@@ -81,12 +81,21 @@ int spec_pace_want(struct spec_pace *p)
 	return p->k;
 }
 
+/* What a pass that kept nothing weighs toward a pause (three of them),
+ * and an empty answer of a costly drafter: a third of one until a draft
+ * has stood, a sixth after. A real draft model is unsure now and then (at
+ * the start of a story, of a sentence) and worth asking through a run of
+ * empty answers; one that never drafts is paused after nine. */
+#define MISS 6
+#define EMPTY_COLD 2
+#define EMPTY 1
+
 /* Grow while every draft stands; cut to one past what stood; after three
  * passes that kept nothing, stop drafting for a while; the pass after a
  * pause is a probe, and if it keeps nothing too the next pause is twice as
  * long, so a sequence the drafter cannot guess pays for a probe now and
- * then, not every pass. k = 0: the drafter was asked and had nothing,
- * which counts as a miss for a drafter that paid for it. */
+ * then, not every pass. k = 0: a costly drafter was asked and had
+ * nothing. */
 void spec_pace_update(struct spec_pace *p, int k, int acc)
 {
 	if (k < 0)
@@ -98,10 +107,11 @@ void spec_pace_update(struct spec_pace *p, int k, int acc)
 		p->k = acc + 1;
 	}
 	if (acc > 0) {
+		p->hit = true;
 		p->misses = 0;
 		p->pause_len = 8;
-	} else if (++p->misses >= 3) {
-		p->misses = 2;
+	} else if ((p->misses += k ? MISS : p->hit ? EMPTY : EMPTY_COLD) >= 3 * MISS) {
+		p->misses = 3 * MISS - 1;
 		p->pause = p->pause_len;
 		p->pause_len = p->pause_len < 128 ? p->pause_len * 2 : 256;
 	}

@@ -586,8 +586,8 @@ START_TEST(test_junk_drafts_roll_back)
 END_TEST
 
 /* A costly drafter that never has anything (a draft model unsure of every
- * guess) is soon left alone: three asks, then a probe after pauses that
- * double (8, 16, 32 passes): at most six asks in a request's 64 passes. */
+ * guess) is soon left alone: nine asks, then a probe after pauses that
+ * double (8, 16, 32 passes): at most 11 asks in a request's 64 passes. */
 START_TEST(test_empty_costly_drafter_paused)
 {
 	struct test_drafter td;
@@ -610,7 +610,7 @@ START_TEST(test_empty_costly_drafter_paused)
 		gen += solo[i].n;
 	}
 	ck_assert_int_ge(td.asks, N_REQ);
-	ck_assert_msg(td.asks <= 6 * N_REQ, "%d asks for %d tokens", td.asks, gen);
+	ck_assert_msg(td.asks <= 11 * N_REQ, "%d asks for %d tokens", td.asks, gen);
 	engine_destroy(e);
 }
 END_TEST
@@ -1033,11 +1033,21 @@ START_TEST(test_pace)
 	spec_pace_update(&p, 1, 1);
 	ck_assert_int_eq(p.pause_len, 8);
 	ck_assert_int_eq(spec_pace_want(&p), 3);
-	/* a costly drafter's empty answers are misses, and leave the length */
-	for (int i = 0; i < 3; i++)
+	/* once a draft has stood, a costly drafter's empty answers are a
+	 * sixth of a miss each, and leave the length */
+	for (int i = 0; i < 17; i++)
 		spec_pace_update(&p, 0, 0);
+	ck_assert_int_eq(spec_pace_want(&p), 3);
+	spec_pace_update(&p, 0, 0);
 	ck_assert_int_eq(p.pause, 8);
 	ck_assert_int_eq(p.k, 3);
+	/* before, a third of one */
+	spec_pace_init(&p, 8);
+	for (int i = 0; i < 8; i++)
+		spec_pace_update(&p, 0, 0);
+	ck_assert_int_eq(spec_pace_want(&p), 4);
+	spec_pace_update(&p, 0, 0);
+	ck_assert_int_eq(p.pause, 8);
 }
 END_TEST
 
