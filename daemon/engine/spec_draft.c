@@ -106,6 +106,9 @@ static void sync_seq(struct draft *d, struct dseq *s, const struct spec_ask *a)
 		lcp = 0;
 	}
 	s->n_done = lcp < n - 1 ? lcp : n - 1;
+	/* what follows n_done is written again: never into a published block */
+	if (s->n_done < s->kv.n_hashed * d->kv.block_size)
+		s->n_done -= s->n_done % d->kv.block_size;
 	for (int i = s->n_done; i < n; i++)
 		s->tok[i] = seq_tok(s, a, i);
 	s->n_seen = s->n_true = n;

@@ -724,6 +724,22 @@ START_TEST(test_draft_prefix_cache)
 	ck_assert_uint_eq(cost[1], 100 - 96); /* six blocks of 16 from the cache */
 	ck_assert_int_eq(n_out[0], n_out[1]);
 	ck_assert_int_eq(out[0], out[1]);
+	/* asked twice at 32 tokens (a pass that gave it nothing new): its
+	 * last token is computed again, in a block of its own, not in the
+	 * second block it published */
+	void *st;
+	ck_assert_int_eq(d->open(d, &st, &smp), 0);
+	for (int k = 0; k < 2; k++) {
+		struct spec_ask a = { .state = st, .tokens = truth.seq[i], .n_tokens = 32, .max = 1,
+				      .sampling = &smp, .out = &out[k] };
+		uint64_t before = d->n_computed;
+		d->propose(d, &a, 1);
+		ck_assert_uint_eq(d->n_computed - before, 16);
+		n_out[k] = a.n_out;
+	}
+	ck_assert_int_eq(n_out[0], n_out[1]);
+	ck_assert_int_eq(out[0], out[1]);
+	d->close(d, st);
 	d->destroy(d);
 	model_free(m);
 }
