@@ -41,8 +41,8 @@ struct spec_drafter {
 	 * sampling; without it each draft is taken as certain (q = 1 there). */
 	bool has_q;
 	/* Asking costs a model pass even when no draft comes back (a draft
-	 * model): the engine counts an empty answer as a pass that kept
-	 * nothing, so such a sequence soon stops asking. */
+	 * model): the engine counts an empty answer toward a pause
+	 * (spec_pace_update with k = 0), so such a sequence soon stops asking. */
 	bool costly;
 	uint64_t n_computed; /* tokens its own model computed: what drafting cost */
 	/* Per-sequence state (*state may stay NULL); 0 or a negative errno. */
