@@ -52,7 +52,30 @@ struct gm_vocab {
 	uint8_t *eog;
 	int32_t *eog_ids;
 	int n_eog;
+	/* The split for parser states that loop on JSON string characters
+	 * (match.c): plain tokens are made of such characters only (a
+	 * bitmask); tail holds the other tokens that start with one, keyed by
+	 * what follows their longest run of them; head the tokens that do
+	 * not start with one. NULL plain: no split. */
+	uint32_t *plain;
+	int n_plain;
+	struct gm_trie {
+		struct gm_node *nodes;
+		size_t n_nodes;
+		int32_t *toks;
+	} tail, head;
 };
+
+/* The characters a JSON string holds raw (all but '"', '\\' and controls),
+ * as byte-range sequences: printable ASCII in three ranges, then
+ * well-formed UTF-8 (Unicode's table 3-7). */
+struct gm_shape {
+	uint8_t n, lo[4], hi[4];
+};
+#define GM_N_SHAPES 11
+extern const struct gm_shape gm_shapes[GM_N_SHAPES];
+/* Length of the string character at p (at most n bytes), 0 if none. */
+int gm_char_len(const uint8_t *p, size_t n);
 
 struct gm_b {
 	struct { int32_t lhs; uint32_t pos; } *prods;

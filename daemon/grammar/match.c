@@ -18,10 +18,14 @@ struct gm_item {
 #define ST_DEAD UINT32_MAX
 #define REL (1ull << 63)
 
+enum { LOOP_UNKNOWN, LOOP_NO, LOOP_YES };
+
 struct st {
 	uint32_t off, n;
 	uint64_t ok[4];
 	uint64_t hash;
+	uint32_t s1;  /* LOOP_YES: the state after one string character */
+	uint8_t loop; /* as a walk's root: loops on string characters */
 };
 
 struct stc {
@@ -50,6 +54,7 @@ struct gm_matcher {
 	uint32_t hcap, gen, hcount;
 	bool done; /* an end-of-generation token was accepted */
 	bool oom;
+	bool slow; /* masks by the whole trie only (tests) */
 	struct stc cache; /* the mask walk's states, below */
 	size_t cache_hi;  /* the highest real set a cached state may name */
 };
@@ -297,12 +302,13 @@ int gm_matcher_accept_token(struct gm_matcher *m, int32_t tok)
 /* ---- the mask walk's state cache --------------------------------------
  *
  * A set's future depends only on its items that are not complete, and on
- * the sets their origins name. Origins up to the walk's root are real sets
- * that never change (until a rollback); deeper ones are coded as (distance,
- * state of that set). Two sets with the same coded items therefore take
- * the same bytes to the same states, and the walk remembers (state, byte)
- * -> state: inside a JSON string every trie node is one table lookup, and
- * a set is built only where the cache has not seen the step yet. */
+ * the sets their origins name. Origins before the walk's root are real
+ * sets that never change (until a rollback); the root and deeper ones are
+ * coded as (distance, state of that set), the root's own items as distance
+ * 0. Two sets with the same coded items therefore take the same bytes to
+ * the same states, and the walk remembers (state, byte) -> state: a set is
+ * built only where the cache has not seen the step yet, and roots that
+ * differ only in where they are (inside one JSON string) share it all. */
 
 static void stc_clear(struct stc *c)
 {
@@ -350,7 +356,7 @@ static bool index_grow(struct stc *c)
 	return true;
 }
 
-/* The state of set k (at walk depth d over root b; path: states by depth). */
+/* The state of set k, at or below the walk's root b (path: states by depth). */
 static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, const uint32_t *path)
 {
 	const struct gm_grammar *g = m->g;
@@ -382,6 +388,7 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 	struct st *st = &c->st[c->n_st];
 	st->off = (uint32_t)c->n_items;
 	st->n = 0;
+	st->loop = LOOP_UNKNOWN;
 	memset(st->ok, 0, sizeof st->ok);
 	uint32_t *pp = c->pos + c->n_items;
 	uint64_t *cp = c->code + c->n_items;
@@ -395,7 +402,7 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 			for (int w = 0; w < 4; w++)
 				st->ok[w] |= t[w];
 		}
-		uint64_t code = o <= b ? o : REL | (uint64_t)(k - o) << 32 | (o == k ? 0 : path[o - b]);
+		uint64_t code = o < b ? o : REL | (uint64_t)(k - o) << 32 | (o == k ? 0 : path[o - b]);
 		pp[st->n] = pos;
 		cp[st->n] = code;
 		st->n++;
@@ -457,6 +464,8 @@ static uint32_t *tslot(struct gm_matcher *m, struct stc *c, uint32_t s, uint8_t 
 struct walk {
 	struct gm_matcher *m;
 	const struct gm_vocab *v;
+	const struct gm_node *nodes; /* the trie walked */
+	const int32_t *toks;
 	struct stc *c;
 	uint32_t *mask;
 	int count;
@@ -492,13 +501,13 @@ static bool materialize(struct walk *w, size_t d)
 static void walk(struct walk *w, const struct gm_node *n, size_t d)
 {
 	struct gm_matcher *m = w->m;
-	const struct gm_node *c = &w->v->nodes[n->child];
+	const struct gm_node *c = &w->nodes[n->child];
 	const uint64_t *ok = w->c->st[w->path[d]].ok;
 	for (int i = 0; i < n->n_child && !m->oom; i++, c++) {
 		if (!(ok[c->byte >> 6] >> (c->byte & 63) & 1))
 			continue;
 		for (int t = 0; t < c->n_tok; t++) {
-			int32_t id = w->v->toks[c->tok + t];
+			int32_t id = w->toks[c->tok + t];
 			w->mask[id >> 5] |= 1u << (id & 31);
 		}
 		w->count += c->n_tok;
@@ -530,21 +539,194 @@ static void walk(struct walk *w, const struct gm_node *n, size_t d)
 	}
 }
 
+/* ---- states that loop on string characters ----------------------------
+ *
+ * Inside a JSON string every raw character (gm_shapes) takes the parser
+ * from one state to the same next one. Where the root R takes every
+ * character to one state S1 and S1 takes every character back to itself,
+ * every token made of such characters is allowed (the vocabulary's plain
+ * bitmask), a token that starts with some of them is decided by its tail
+ * walked from S1, and only the tokens that start otherwise are walked from
+ * R: a few thousand trie nodes instead of the whole vocabulary. */
+
+#define LOOP_MAX_PUSHES 512
+#define C_ROOT 0xFFFFFFFFu
+#define C_SELF 0xFFFFFFFEu
+
+struct loop {
+	struct gm_matcher *m;
+	size_t base;
+	uint64_t *want, *tmp; /* S1's canonical items, the set's at hand */
+	size_t n_want, cap;
+	bool have;
+	int pushes;
+};
+
+/* The last set's items that are not complete, origins made independent of
+ * where the set is: before the root as they are, the root and the set
+ * itself marked. -1 if an item starts inside a character, or on OOM. */
+static long canon(struct loop *l, uint64_t **out)
+{
+	struct gm_matcher *m = l->m;
+	size_t k = m->n_sets - 1, from = m->sets[k], n = 0;
+	if (m->n_it - from > l->cap) {
+		size_t cap = (m->n_it - from) * 2;
+		uint64_t *a = realloc(l->want, cap * sizeof *a), *b;
+		if (a)
+			l->want = a;
+		b = a ? realloc(l->tmp, cap * sizeof *b) : NULL;
+		if (b)
+			l->tmp = b;
+		if (!a || !b)
+			return m->oom = true, -1;
+		l->cap = cap;
+	}
+	uint64_t *o = l->have ? l->tmp : l->want;
+	for (size_t j = from; j < m->n_it; j++) {
+		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
+		if (m->g->rhs[pos] == GM_END)
+			continue;
+		if (org > l->base && org < k)
+			return -1;
+		uint32_t c = org < l->base ? org : org == k ? C_SELF : C_ROOT;
+		o[n++] = (uint64_t)pos << 32 | c;
+	}
+	/* few items: insertion sort */
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && o[j - 1] > o[j]; j--) {
+			uint64_t t = o[j];
+			o[j] = o[j - 1];
+			o[j - 1] = t;
+		}
+	*out = o;
+	return (long)n;
+}
+
+/* Bytes a and b are scanned by the same items of the last set. */
+static bool same_items(const struct gm_matcher *m, uint8_t a, uint8_t b)
+{
+	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it; j++) {
+		int32_t sym = m->g->rhs[m->it[j].pos];
+		if (sym >= 0 || sym == GM_END)
+			continue;
+		const uint64_t *t = m->g->terms[GM_TIDX(sym)];
+		if ((t[a >> 6] >> (a & 63) & 1) != (t[b >> 6] >> (b & 63) & 1))
+			return false;
+	}
+	return true;
+}
+
+/* Every character of shape sh from byte i on, from the last set, is
+ * scanned and ends in S1 (the first one found defines it). Bytes scanned
+ * by the same items lead to the same set: one of each group is pushed. */
+static bool shape_ok(struct loop *l, const struct gm_shape *sh, int i)
+{
+	struct gm_matcher *m = l->m;
+	if (i == sh->n) {
+		uint64_t *c;
+		long n = canon(l, &c);
+		if (n < 0)
+			return false;
+		if (!l->have) {
+			l->have = true;
+			l->n_want = (size_t)n;
+			return true;
+		}
+		return (size_t)n == l->n_want && !memcmp(c, l->want, n * sizeof *c);
+	}
+	uint8_t reps[256];
+	int nr = 0;
+	for (int b = sh->lo[i]; b <= sh->hi[i]; b++) {
+		int r = 0;
+		while (r < nr && !same_items(m, (uint8_t)b, reps[r]))
+			r++;
+		if (r == nr)
+			reps[nr++] = (uint8_t)b;
+	}
+	for (int r = 0; r < nr; r++) {
+		if (++l->pushes > LOOP_MAX_PUSHES || !push(m, reps[r]))
+			return false;
+		bool ok = shape_ok(l, sh, i + 1);
+		pop(m);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static bool chars_ok(struct loop *l)
+{
+	for (int s = 0; s < GM_N_SHAPES; s++)
+		if (!shape_ok(l, &gm_shapes[s], 0))
+			return false;
+	return true;
+}
+
+/* Decide whether the walk's root loops, and find S1 (at depth 1). */
+static void loop_check(struct walk *w)
+{
+	struct gm_matcher *m = w->m;
+	struct loop l = { .m = m, .base = w->base };
+	bool ok = chars_ok(&l) && push(m, gm_shapes[0].lo[0]);
+	uint32_t s1 = ST_DEAD;
+	if (ok) {
+		ok = chars_ok(&l);
+		if (ok)
+			s1 = intern(m, w->c, w->base + 1, w->base, w->path);
+		pop(m);
+	}
+	free(l.want);
+	free(l.tmp);
+	struct st *r = &w->c->st[w->path[0]];
+	r->loop = ok && s1 != ST_DEAD ? LOOP_YES : LOOP_NO;
+	r->s1 = s1;
+}
+
+void gm_matcher_slow(struct gm_matcher *m, bool slow)
+{
+	m->slow = slow;
+}
+
 int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 {
 	const struct gm_vocab *v = m->v;
-	memset(mask, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *mask);
-	if (m->done)
+	size_t words = ((size_t)v->n_vocab + 31) / 32;
+	if (m->done) {
+		memset(mask, 0, words * sizeof *mask);
 		return 0;
+	}
 	if (m->cache.n_items > ST_MAX_ITEMS)
 		stc_clear(&m->cache);
 	struct walk *w = malloc(sizeof *w);
 	if (!w)
 		return -1;
-	*w = (struct walk){ .m = m, .v = v, .c = &m->cache, .mask = mask, .base = m->n_sets - 1 };
+	*w = (struct walk){ .m = m, .v = v, .c = &m->cache, .mask = mask, .base = m->n_sets - 1,
+			    .nodes = v->nodes, .toks = v->toks };
 	w->path[0] = intern(m, &m->cache, w->base, w->base, w->path);
-	if (!m->oom)
-		walk(w, &v->nodes[0], 0);
+	bool loops = false;
+	if (!m->oom && !m->slow && v->plain) {
+		if (m->cache.st[w->path[0]].loop == LOOP_UNKNOWN)
+			loop_check(w);
+		loops = !m->oom && m->cache.st[w->path[0]].loop == LOOP_YES;
+	}
+	if (loops) {
+		memcpy(mask, v->plain, words * sizeof *mask);
+		w->count = v->n_plain;
+		w->nodes = v->head.nodes;
+		w->toks = v->head.toks;
+		walk(w, &w->nodes[0], 0);
+		while (m->n_sets - 1 > w->base)
+			pop(m);
+		w->nodes = v->tail.nodes;
+		w->toks = v->tail.toks;
+		w->path[1] = m->cache.st[w->path[0]].s1;
+		if (!m->oom)
+			walk(w, &w->nodes[0], 1);
+	} else {
+		memset(mask, 0, words * sizeof *mask);
+		if (!m->oom)
+			walk(w, &v->nodes[0], 0);
+	}
 	while (m->n_sets - 1 > w->base)
 		pop(m);
 	if (w->base > m->cache_hi)
