@@ -64,6 +64,11 @@ struct gm_vocab {
 		size_t n_nodes;
 		int32_t *toks;
 	} tail, head;
+	/* Per node of the whole trie: the end of its subtree's tokens in toks,
+	 * and whether every token below it goes on with string characters
+	 * only (from the node's depth). NULL: not built. */
+	uint32_t *sub_end;
+	uint8_t *plain_below;
 };
 
 /* The characters a JSON string holds raw (all but '"', '\\' and controls),

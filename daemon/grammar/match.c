@@ -470,6 +470,7 @@ struct walk {
 	uint32_t *mask;
 	int count;
 	size_t base;     /* the real set the walk starts from */
+	bool below;      /* whole subtrees may be taken where the state loops */
 	uint32_t path[1024]; /* state by depth */
 };
 
@@ -497,6 +498,8 @@ static bool materialize(struct walk *w, size_t d)
 	}
 	return true;
 }
+
+static bool loops_below(struct walk *w, const struct gm_node *c, size_t d);
 
 static void walk(struct walk *w, const struct gm_node *n, size_t d)
 {
@@ -532,7 +535,8 @@ static void walk(struct walk *w, const struct gm_node *n, size_t d)
 		if (next == ST_DEAD)
 			continue;
 		w->path[d + 1] = next;
-		walk(w, c, d + 1);
+		if (!w->below || !loops_below(w, c, d + 1))
+			walk(w, c, d + 1);
 		ok = w->c->st[w->path[d]].ok;
 		while (m->n_sets - 1 > w->base + d)
 			pop(m);
@@ -550,6 +554,7 @@ static void walk(struct walk *w, const struct gm_node *n, size_t d)
  * R: a few thousand trie nodes instead of the whole vocabulary. */
 
 #define LOOP_MAX_PUSHES 512
+#define LOOP_DEPTH 3
 #define C_ROOT 0xFFFFFFFFu
 #define C_SELF 0xFFFFFFFEu
 
@@ -662,24 +667,52 @@ static bool chars_ok(struct loop *l)
 	return true;
 }
 
-/* Decide whether the walk's root loops, and find S1 (at depth 1). */
-static void loop_check(struct walk *w)
+/* Decide whether the state at depth d (its set the last) loops, and find
+ * S1 (at depth d + 1). */
+static void loop_check(struct walk *w, size_t d)
 {
 	struct gm_matcher *m = w->m;
-	struct loop l = { .m = m, .base = w->base };
+	struct loop l = { .m = m, .base = w->base + d };
 	bool ok = chars_ok(&l) && push(m, gm_shapes[0].lo[0]);
 	uint32_t s1 = ST_DEAD;
 	if (ok) {
 		ok = chars_ok(&l);
 		if (ok)
-			s1 = intern(m, w->c, w->base + 1, w->base, w->path);
+			s1 = intern(m, w->c, w->base + d + 1, w->base, w->path);
 		pop(m);
 	}
 	free(l.want);
 	free(l.tmp);
-	struct st *r = &w->c->st[w->path[0]];
+	struct st *r = &w->c->st[w->path[d]];
 	r->loop = ok && s1 != ST_DEAD ? LOOP_YES : LOOP_NO;
 	r->s1 = s1;
+}
+
+/* Node c (at depth d) is taken; where every token below it goes on with
+ * string characters only and the state loops on them, they are all
+ * allowed without walking. States first met deeper than LOOP_DEPTH are
+ * not checked: a check costs some 70 parser steps. */
+static bool loops_below(struct walk *w, const struct gm_node *c, size_t d)
+{
+	size_t at = (size_t)(c - w->v->nodes);
+	if (!w->v->plain_below[at])
+		return false;
+	uint8_t loop = w->c->st[w->path[d]].loop;
+	if (loop == LOOP_UNKNOWN && d <= LOOP_DEPTH) {
+		if (!materialize(w, d))
+			return false;
+		loop_check(w, d);
+		loop = w->c->st[w->path[d]].loop;
+	}
+	if (loop != LOOP_YES)
+		return false;
+	uint32_t from = c->tok + c->n_tok, to = w->v->sub_end[at];
+	for (uint32_t i = from; i < to; i++) {
+		int32_t id = w->toks[i];
+		w->mask[id >> 5] |= 1u << (id & 31);
+	}
+	w->count += (int)(to - from);
+	return true;
 }
 
 void gm_matcher_slow(struct gm_matcher *m, bool slow)
@@ -706,7 +739,7 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 	bool loops = false;
 	if (!m->oom && !m->slow && v->plain) {
 		if (m->cache.st[w->path[0]].loop == LOOP_UNKNOWN)
-			loop_check(w);
+			loop_check(w, 0);
 		loops = !m->oom && m->cache.st[w->path[0]].loop == LOOP_YES;
 	}
 	if (loops) {
@@ -724,6 +757,7 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 			walk(w, &w->nodes[0], 1);
 	} else {
 		memset(mask, 0, words * sizeof *mask);
+		w->below = !m->slow && v->plain_below;
 		if (!m->oom)
 			walk(w, &v->nodes[0], 0);
 	}

@@ -153,6 +153,50 @@ static bool split(struct gm_vocab *v, const struct ent *all, uint32_t n)
 	return ok;
 }
 
+/* From node n on, byte i of a character of shape sh: it completes in every
+ * token below and what follows it is plain. */
+static bool char_below(const struct gm_vocab *v, const struct gm_node *n, const struct gm_shape *sh, int i)
+{
+	if (i == sh->n - 1)
+		return v->plain_below[n - v->nodes];
+	if (n->n_tok)
+		return false;
+	for (int j = 0; j < n->n_child; j++) {
+		const struct gm_node *c = &v->nodes[n->child + j];
+		if (c->byte < sh->lo[i + 1] || c->byte > sh->hi[i + 1] || !char_below(v, c, sh, i + 1))
+			return false;
+	}
+	return true;
+}
+
+/* Children come after their parent: fill both arrays from the end. */
+static bool below(struct gm_vocab *v)
+{
+	v->sub_end = malloc(v->n_nodes * sizeof *v->sub_end);
+	v->plain_below = malloc(v->n_nodes);
+	if (!v->sub_end || !v->plain_below) {
+		free(v->sub_end);
+		free(v->plain_below);
+		v->sub_end = NULL;
+		v->plain_below = NULL;
+		return false;
+	}
+	for (size_t k = v->n_nodes; k-- > 0;) {
+		const struct gm_node *n = &v->nodes[k];
+		v->sub_end[k] = n->n_child ? v->sub_end[n->child + n->n_child - 1] : n->tok + n->n_tok;
+		bool ok = true;
+		for (int j = 0; j < n->n_child && ok; j++) {
+			const struct gm_node *c = &v->nodes[n->child + j];
+			int s = 0;
+			while (s < GM_N_SHAPES && (c->byte < gm_shapes[s].lo[0] || c->byte > gm_shapes[s].hi[0]))
+				s++;
+			ok = s < GM_N_SHAPES && char_below(v, c, &gm_shapes[s], 0);
+		}
+		v->plain_below[k] = ok;
+	}
+	return true;
+}
+
 struct gm_vocab *gm_vocab_new(int n_vocab, const char *const *pieces, const int *lens,
 			      const bool *eog)
 {
@@ -196,7 +240,9 @@ struct gm_vocab *gm_vocab_new(int n_vocab, const char *const *pieces, const int 
 	v->nodes = all.nodes;
 	v->n_nodes = all.n_nodes;
 	v->toks = all.toks;
-	split(v, e, n); /* without it, masks take the whole trie */
+	/* without these, masks take the whole trie */
+	if (split(v, e, n))
+		below(v);
 	free(e);
 	return v;
 fail:
@@ -217,6 +263,8 @@ void gm_vocab_free(struct gm_vocab *v)
 	free(v->eog);
 	free(v->eog_ids);
 	free(v->plain);
+	free(v->sub_end);
+	free(v->plain_below);
 	trie_free(&v->tail);
 	trie_free(&v->head);
 	free(v);
