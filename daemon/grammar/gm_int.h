@@ -54,16 +54,16 @@ struct gm_vocab {
 	int n_eog;
 	/* The split for parser states that loop on JSON string characters
 	 * (match.c): plain tokens are made of such characters only (a
-	 * bitmask); tail holds the other tokens that start with one, keyed by
-	 * what follows their longest run of them; head the tokens that do
-	 * not start with one. NULL plain: no split. */
+	 * bitmask); tail1 and tail2 hold the other tokens that start with
+	 * one or with more of them, keyed by what follows that run; head the
+	 * tokens that do not start with one. NULL plain: no split. */
 	uint32_t *plain;
 	int n_plain;
 	struct gm_trie {
 		struct gm_node *nodes;
 		size_t n_nodes;
 		int32_t *toks;
-	} tail, head;
+	} head, tail1, tail2;
 	/* Per node of the whole trie: the end of its subtree's tokens in toks,
 	 * and whether every token below it goes on with string characters
 	 * only (from the node's depth). NULL: not built. */

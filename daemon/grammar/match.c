@@ -24,9 +24,13 @@ struct st {
 	uint32_t off, n;
 	uint64_t ok[4];
 	uint64_t hash;
-	uint32_t s1;  /* LOOP_YES: the state after one string character */
-	uint8_t loop; /* as a walk's root: loops on string characters */
+	uint8_t loop;    /* deeper than a root: loops on string characters */
+	uint8_t rloop;   /* as a root: root_check's verdict */
+	uint32_t s1, s2; /* rloop LOOP_YES: the states after one, two characters */
+	uint64_t exc[4]; /* rloop LOOP_YES: first bytes that do not lead to s1 */
 };
+
+#define MASKS 4
 
 struct stc {
 	uint32_t *pos;
@@ -39,6 +43,10 @@ struct stc {
 	uint64_t *tkey; /* (state << 8 | byte) + 1 */
 	uint32_t *tval;
 	uint32_t tcap, tn;
+	/* whole masks (without end-of-generation) of the last roots */
+	uint32_t *masks;
+	uint32_t mroot[MASKS];
+	int n_masks, next_mask;
 };
 
 struct gm_matcher {
@@ -315,6 +323,7 @@ static void stc_clear(struct stc *c)
 	c->n_items = 0;
 	c->n_st = 0;
 	c->tn = 0;
+	c->n_masks = 0;
 	if (c->index)
 		memset(c->index, 0, c->icap * sizeof *c->index);
 	if (c->tkey)
@@ -329,6 +338,7 @@ static void stc_free(struct stc *c)
 	free(c->index);
 	free(c->tkey);
 	free(c->tval);
+	free(c->masks);
 	memset(c, 0, sizeof *c);
 }
 
@@ -389,6 +399,8 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 	st->off = (uint32_t)c->n_items;
 	st->n = 0;
 	st->loop = LOOP_UNKNOWN;
+	st->rloop = LOOP_UNKNOWN;
+	memset(st->exc, 0, sizeof st->exc);
 	memset(st->ok, 0, sizeof st->ok);
 	uint32_t *pp = c->pos + c->n_items;
 	uint64_t *cp = c->code + c->n_items;
@@ -468,7 +480,6 @@ struct walk {
 	const int32_t *toks;
 	struct stc *c;
 	uint32_t *mask;
-	int count;
 	size_t base;     /* the real set the walk starts from */
 	bool below;      /* whole subtrees may be taken where the state loops */
 	uint32_t path[1024]; /* state by depth */
@@ -501,46 +512,50 @@ static bool materialize(struct walk *w, size_t d)
 
 static bool loops_below(struct walk *w, const struct gm_node *c, size_t d);
 
-static void walk(struct walk *w, const struct gm_node *n, size_t d)
+static void walk(struct walk *w, const struct gm_node *n, size_t d);
+
+/* Take node c from depth d if its byte is allowed there, and walk on. */
+static void step(struct walk *w, const struct gm_node *c, size_t d)
 {
 	struct gm_matcher *m = w->m;
-	const struct gm_node *c = &w->nodes[n->child];
 	const uint64_t *ok = w->c->st[w->path[d]].ok;
-	for (int i = 0; i < n->n_child && !m->oom; i++, c++) {
-		if (!(ok[c->byte >> 6] >> (c->byte & 63) & 1))
-			continue;
-		for (int t = 0; t < c->n_tok; t++) {
-			int32_t id = w->toks[c->tok + t];
-			w->mask[id >> 5] |= 1u << (id & 31);
-		}
-		w->count += c->n_tok;
-		if (!c->n_child || d + 1 >= sizeof w->path / sizeof *w->path)
-			continue;
-		bool found;
-		uint32_t *slot = tslot(m, w->c, w->path[d], c->byte, &found);
+	if (!(ok[c->byte >> 6] >> (c->byte & 63) & 1))
+		return;
+	for (int t = 0; t < c->n_tok; t++) {
+		int32_t id = w->toks[c->tok + t];
+		w->mask[id >> 5] |= 1u << (id & 31);
+	}
+	if (!c->n_child || d + 1 >= sizeof w->path / sizeof *w->path)
+		return;
+	bool found;
+	uint32_t *slot = tslot(m, w->c, w->path[d], c->byte, &found);
+	if (!slot)
+		return;
+	uint32_t next = *slot;
+	if (!found) {
+		if (!materialize(w, d))
+			return;
+		next = push(m, c->byte) ? intern(m, w->c, m->n_sets - 1, w->base, w->path) : ST_DEAD;
+		/* the slot may have moved while interning: look it up again */
+		slot = tslot(m, w->c, w->path[d], c->byte, &found);
 		if (!slot)
 			return;
-		uint32_t next = *slot;
-		if (!found) {
-			if (!materialize(w, d))
-				return;
-			next = push(m, c->byte) ? intern(m, w->c, m->n_sets - 1, w->base, w->path) : ST_DEAD;
-			/* the slot may have moved while interning: look it up again */
-			slot = tslot(m, w->c, w->path[d], c->byte, &found);
-			if (!slot)
-				return;
-			*slot = next;
-		}
-		ok = w->c->st[w->path[d]].ok; /* st may have been reallocated */
-		if (next == ST_DEAD)
-			continue;
+		*slot = next;
+	}
+	if (next != ST_DEAD) {
 		w->path[d + 1] = next;
 		if (!w->below || !loops_below(w, c, d + 1))
 			walk(w, c, d + 1);
-		ok = w->c->st[w->path[d]].ok;
-		while (m->n_sets - 1 > w->base + d)
-			pop(m);
 	}
+	while (m->n_sets - 1 > w->base + d)
+		pop(m);
+}
+
+static void walk(struct walk *w, const struct gm_node *n, size_t d)
+{
+	const struct gm_node *c = &w->nodes[n->child];
+	for (int i = 0; i < n->n_child && !w->m->oom; i++, c++)
+		step(w, c, d);
 }
 
 /* ---- states that loop on string characters ----------------------------
@@ -557,15 +572,23 @@ static void walk(struct walk *w, const struct gm_node *n, size_t d)
 #define LOOP_DEPTH 3
 #define C_ROOT 0xFFFFFFFFu
 #define C_SELF 0xFFFFFFFEu
+#define C_ANCHOR 0xFFFFFFFDu
 
 struct loop {
 	struct gm_matcher *m;
 	size_t base;
+	size_t anchor; /* where S1 is, when past it; 0: not */
 	uint64_t *want, *tmp; /* S1's canonical items, the set's at hand */
 	size_t n_want, cap;
 	bool have;
 	int pushes;
 };
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
 
 /* The last set's items that are not complete, origins made independent of
  * where the set is: before the root as they are, the root and the set
@@ -591,18 +614,20 @@ static long canon(struct loop *l, uint64_t **out)
 		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
 		if (m->g->rhs[pos] == GM_END)
 			continue;
-		if (org > l->base && org < k)
+		uint32_t c;
+		if (org < l->base)
+			c = org;
+		else if (org == l->base)
+			c = C_ROOT;
+		else if (org == k)
+			c = C_SELF;
+		else if (org == l->anchor)
+			c = C_ANCHOR;
+		else
 			return -1;
-		uint32_t c = org < l->base ? org : org == k ? C_SELF : C_ROOT;
 		o[n++] = (uint64_t)pos << 32 | c;
 	}
-	/* few items: insertion sort */
-	for (size_t i = 1; i < n; i++)
-		for (size_t j = i; j > 0 && o[j - 1] > o[j]; j--) {
-			uint64_t t = o[j];
-			o[j] = o[j - 1];
-			o[j - 1] = t;
-		}
+	qsort(o, n, sizeof *o, cmp_u64);
 	*out = o;
 	return (long)n;
 }
@@ -667,25 +692,19 @@ static bool chars_ok(struct loop *l)
 	return true;
 }
 
-/* Decide whether the state at depth d (its set the last) loops, and find
- * S1 (at depth d + 1). */
+/* Decide whether the state at depth d (its set the last) loops. */
 static void loop_check(struct walk *w, size_t d)
 {
 	struct gm_matcher *m = w->m;
 	struct loop l = { .m = m, .base = w->base + d };
 	bool ok = chars_ok(&l) && push(m, gm_shapes[0].lo[0]);
-	uint32_t s1 = ST_DEAD;
 	if (ok) {
 		ok = chars_ok(&l);
-		if (ok)
-			s1 = intern(m, w->c, w->base + d + 1, w->base, w->path);
 		pop(m);
 	}
 	free(l.want);
 	free(l.tmp);
-	struct st *r = &w->c->st[w->path[d]];
-	r->loop = ok && s1 != ST_DEAD ? LOOP_YES : LOOP_NO;
-	r->s1 = s1;
+	w->c->st[w->path[d]].loop = ok ? LOOP_YES : LOOP_NO;
 }
 
 /* Node c (at depth d) is taken; where every token below it goes on with
@@ -711,8 +730,123 @@ static bool loops_below(struct walk *w, const struct gm_node *c, size_t d)
 		int32_t id = w->toks[i];
 		w->mask[id >> 5] |= 1u << (id & 31);
 	}
-	w->count += (int)(to - from);
 	return true;
+}
+
+#define ROOT_MAX_CANDS 16
+#define ROOT_MAX_EXC 32
+
+/* The root need not loop itself: its first characters are grouped by the
+ * state they lead to. The most common one, reached by some ASCII
+ * character, is S1 and must loop; the lead bytes of the other characters
+ * are exceptions, their subtrees walked on their own. */
+static void root_check(struct walk *w)
+{
+	struct gm_matcher *m = w->m;
+	struct loop l = { .m = m, .base = w->base };
+	struct cand {
+		uint64_t *items;
+		size_t n;
+		int weight;
+		int ascii; /* a one-byte character that leads to it, -1 if none */
+	} cands[ROOT_MAX_CANDS];
+	int nc = 0;
+	int16_t lead[256]; /* candidate of each lead byte, -1: none */
+	for (int b = 0; b < 256; b++)
+		lead[b] = -1;
+	for (int si = 0; si < GM_N_SHAPES && !m->oom; si++) {
+		const struct gm_shape *sh = &gm_shapes[si];
+		uint8_t reps[256];
+		int nr = 0;
+		for (int b = sh->lo[0]; b <= sh->hi[0]; b++) {
+			int r = 0;
+			while (r < nr && !same_items(m, (uint8_t)b, reps[r]))
+				r++;
+			if (r < nr) { /* scanned by the same items: the same outcome */
+				lead[b] = lead[reps[r]];
+			} else {
+				reps[nr++] = (uint8_t)b;
+				int res = -1;
+				if (push(m, (uint8_t)b)) {
+					l.have = false;
+					bool ok = shape_ok(&l, sh, 1);
+					pop(m);
+					for (int c = 0; ok && c < nc && res < 0; c++)
+						if (cands[c].n == l.n_want && !memcmp(cands[c].items, l.want, l.n_want * sizeof *l.want))
+							res = c;
+					if (ok && res < 0 && nc < ROOT_MAX_CANDS) {
+						uint64_t *it = malloc((l.n_want ? l.n_want : 1) * sizeof *it);
+						if (it) {
+							memcpy(it, l.want, l.n_want * sizeof *it);
+							cands[nc] = (struct cand){ it, l.n_want, 0, -1 };
+							res = nc++;
+						}
+					}
+				}
+				lead[b] = (int16_t)res;
+			}
+			if (lead[b] >= 0) {
+				cands[lead[b]].weight++;
+				if (sh->n == 1 && cands[lead[b]].ascii < 0)
+					cands[lead[b]].ascii = b;
+			}
+		}
+	}
+	int best = -1;
+	for (int c = 0; c < nc; c++)
+		if (cands[c].ascii >= 0 && (best < 0 || cands[c].weight > cands[best].weight))
+			best = c;
+	uint64_t exc[4] = { 0 };
+	int n_exc = 0;
+	for (int si = 0; si < GM_N_SHAPES; si++)
+		for (int b = gm_shapes[si].lo[0]; b <= gm_shapes[si].hi[0]; b++)
+			if (lead[b] != best) {
+				exc[b >> 6] |= 1ull << (b & 63);
+				n_exc++;
+			}
+	uint32_t s1 = ST_DEAD, s2 = ST_DEAD;
+	bool ok = best >= 0 && (n_exc == 0 || (n_exc <= ROOT_MAX_EXC && m->v->sub_end)) && !m->oom;
+	if (ok)
+		ok = push(m, (uint8_t)cands[best].ascii);
+	if (ok) {
+		/* S1 (at depth 1) takes every character to S2, and S2 to itself */
+		s1 = intern(m, w->c, w->base + 1, w->base, w->path);
+		w->path[1] = s1;
+		l.anchor = w->base + 1;
+		l.have = false;
+		if (s1 != ST_DEAD && chars_ok(&l) && push(m, gm_shapes[0].lo[0])) {
+			if (chars_ok(&l))
+				s2 = intern(m, w->c, w->base + 2, w->base, w->path);
+			pop(m);
+		}
+		pop(m);
+	}
+	for (int c = 0; c < nc; c++)
+		free(cands[c].items);
+	free(l.want);
+	free(l.tmp);
+	struct st *r = &w->c->st[w->path[0]];
+	r->rloop = s1 != ST_DEAD && s2 != ST_DEAD ? LOOP_YES : LOOP_NO;
+	r->s1 = s1;
+	r->s2 = s2;
+	memcpy(r->exc, exc, sizeof exc);
+}
+
+/* Walk the root's subtrees of the exceptions' lead bytes afresh. */
+static void root_exceptions(struct walk *w, const uint64_t *exc)
+{
+	const struct gm_vocab *v = w->v;
+	const struct gm_node *root = &v->nodes[0];
+	for (int i = 0; i < root->n_child && !w->m->oom; i++) {
+		const struct gm_node *c = &v->nodes[root->child + i];
+		if (!(exc[c->byte >> 6] >> (c->byte & 63) & 1))
+			continue;
+		for (uint32_t t = c->tok; t < v->sub_end[root->child + i]; t++) {
+			int32_t id = v->toks[t];
+			w->mask[id >> 5] &= ~(1u << (id & 31));
+		}
+		step(w, c, 0);
+	}
 }
 
 void gm_matcher_slow(struct gm_matcher *m, bool slow)
@@ -720,62 +854,105 @@ void gm_matcher_slow(struct gm_matcher *m, bool slow)
 	m->slow = slow;
 }
 
+/* The mask of a root that loops: the plain tokens, the head walked from
+ * the root, the tails from S1 and S2, then the exceptions afresh. */
+static void loop_mask(struct walk *w, size_t words)
+{
+	struct gm_matcher *m = w->m;
+	const struct gm_vocab *v = w->v;
+	memcpy(w->mask, v->plain, words * sizeof *w->mask);
+	const struct gm_trie *tries[3] = { &v->head, &v->tail1, &v->tail2 };
+	for (size_t d = 0; d < 3 && !m->oom; d++) {
+		/* the walks write the path */
+		w->path[1] = w->c->st[w->path[0]].s1;
+		w->path[2] = w->c->st[w->path[0]].s2;
+		w->nodes = tries[d]->nodes;
+		w->toks = tries[d]->toks;
+		walk(w, &w->nodes[0], d);
+		while (m->n_sets - 1 > w->base)
+			pop(m);
+	}
+	w->nodes = v->nodes;
+	w->toks = v->toks;
+	w->below = v->plain_below != NULL;
+	uint64_t exc[4];
+	memcpy(exc, w->c->st[w->path[0]].exc, sizeof exc); /* st may move */
+	if ((exc[0] | exc[1] | exc[2] | exc[3]) && !m->oom)
+		root_exceptions(w, exc);
+}
+
+/* A root seen in the last few masks gives the same mask again. */
+static int mask_cached(const struct stc *c, uint32_t root)
+{
+	for (int i = 0; i < c->n_masks; i++)
+		if (c->mroot[i] == root)
+			return i;
+	return -1;
+}
+
+static void mask_keep(struct stc *c, uint32_t root, const uint32_t *mask, size_t words)
+{
+	if (!c->masks && !(c->masks = malloc(MASKS * words * sizeof *c->masks)))
+		return;
+	int i = c->next_mask;
+	c->next_mask = (i + 1) % MASKS;
+	if (c->n_masks < MASKS)
+		c->n_masks++;
+	c->mroot[i] = root;
+	memcpy(c->masks + i * words, mask, words * sizeof *mask);
+}
+
 int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 {
 	const struct gm_vocab *v = m->v;
+	struct stc *c = &m->cache;
 	size_t words = ((size_t)v->n_vocab + 31) / 32;
 	if (m->done) {
 		memset(mask, 0, words * sizeof *mask);
 		return 0;
 	}
-	if (m->cache.n_items > ST_MAX_ITEMS)
-		stc_clear(&m->cache);
+	if (c->n_items > ST_MAX_ITEMS)
+		stc_clear(c);
 	struct walk *w = malloc(sizeof *w);
 	if (!w)
 		return -1;
-	*w = (struct walk){ .m = m, .v = v, .c = &m->cache, .mask = mask, .base = m->n_sets - 1,
+	*w = (struct walk){ .m = m, .v = v, .c = c, .mask = mask, .base = m->n_sets - 1,
 			    .nodes = v->nodes, .toks = v->toks };
-	w->path[0] = intern(m, &m->cache, w->base, w->base, w->path);
-	bool loops = false;
-	if (!m->oom && !m->slow && v->plain) {
-		if (m->cache.st[w->path[0]].loop == LOOP_UNKNOWN)
-			loop_check(w, 0);
-		loops = !m->oom && m->cache.st[w->path[0]].loop == LOOP_YES;
-	}
-	if (loops) {
-		memcpy(mask, v->plain, words * sizeof *mask);
-		w->count = v->n_plain;
-		w->nodes = v->head.nodes;
-		w->toks = v->head.toks;
-		walk(w, &w->nodes[0], 0);
+	w->path[0] = intern(m, c, w->base, w->base, w->path);
+	int hit = m->slow || m->oom ? -1 : mask_cached(c, w->path[0]);
+	if (hit >= 0) {
+		memcpy(mask, c->masks + hit * words, words * sizeof *mask);
+	} else if (!m->oom) {
+		bool fast = !m->slow && v->plain;
+		if (fast && c->st[w->path[0]].rloop == LOOP_UNKNOWN)
+			root_check(w);
+		if (fast && !m->oom && c->st[w->path[0]].rloop == LOOP_YES) {
+			loop_mask(w, words);
+		} else {
+			memset(mask, 0, words * sizeof *mask);
+			w->below = fast && v->plain_below;
+			walk(w, &v->nodes[0], 0);
+		}
 		while (m->n_sets - 1 > w->base)
 			pop(m);
-		w->nodes = v->tail.nodes;
-		w->toks = v->tail.toks;
-		w->path[1] = m->cache.st[w->path[0]].s1;
-		if (!m->oom)
-			walk(w, &w->nodes[0], 1);
-	} else {
-		memset(mask, 0, words * sizeof *mask);
-		w->below = !m->slow && v->plain_below;
-		if (!m->oom)
-			walk(w, &v->nodes[0], 0);
+		if (w->base > m->cache_hi)
+			m->cache_hi = w->base;
+		if (!m->slow && !m->oom)
+			mask_keep(c, w->path[0], mask, words);
 	}
-	while (m->n_sets - 1 > w->base)
-		pop(m);
-	if (w->base > m->cache_hi)
-		m->cache_hi = w->base;
-	int count = w->count;
 	free(w);
 	if (m->oom) {
 		m->oom = false;
 		return -1;
 	}
+	int count = 0;
+	for (size_t i = 0; i < words; i++)
+		count += __builtin_popcount(mask[i]);
 	if (gm_matcher_is_complete(m))
 		for (int i = 0; i < v->n_eog; i++) {
 			int32_t id = v->eog_ids[i];
+			count += !(mask[id >> 5] >> (id & 31) & 1);
 			mask[id >> 5] |= 1u << (id & 31);
-			count++;
 		}
 	return count;
 }

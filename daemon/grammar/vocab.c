@@ -35,6 +35,21 @@ int gm_char_len(const uint8_t *p, size_t n)
 	return 0;
 }
 
+/* The n bytes at p begin a string character without ending it. */
+static bool char_start(const uint8_t *p, size_t n)
+{
+	for (int s = 0; s < GM_N_SHAPES; s++) {
+		const struct gm_shape *sh = &gm_shapes[s];
+		if (n == 0 || n >= sh->n || p[0] < sh->lo[0] || p[0] > sh->hi[0])
+			continue;
+		for (size_t i = 1; i < n; i++)
+			if (p[i] < sh->lo[i] || p[i] > sh->hi[i])
+				return false;
+		return true;
+	}
+	return false;
+}
+
 /* A token's bytes, or the tail of them a trie holds. */
 struct ent {
 	uint32_t off, len;
@@ -120,34 +135,43 @@ static bool trie_new(struct gm_trie *t, struct ent *e, uint32_t n, const char *b
 	return !b.over;
 }
 
-/* Split the tokens by their longest run of string characters: all of it
- * (plain), some (tail: the rest after the run), none (head). */
+/* Split the tokens by their longest run of string characters: all of it,
+ * or all but the start of one more character (plain: a state that takes
+ * every character takes those too), one or more characters (tail1,
+ * tail2: the rest after the run), none (head). */
 static bool split(struct gm_vocab *v, const struct ent *all, uint32_t n)
 {
-	struct ent *tail = malloc((n ? n : 1) * sizeof *tail), *head = malloc((n ? n : 1) * sizeof *head);
+	size_t sz = (n ? n : 1) * sizeof(struct ent);
+	struct ent *t1 = malloc(sz), *t2 = malloc(sz), *head = malloc(sz);
 	v->plain = calloc(((size_t)v->n_vocab + 31) / 32, sizeof *v->plain);
-	bool ok = tail && head && v->plain;
-	uint32_t nt = 0, nh = 0;
+	bool ok = t1 && t2 && head && v->plain;
+	uint32_t n1 = 0, n2 = 0, nh = 0;
 	for (uint32_t i = 0; ok && i < n; i++) {
 		const uint8_t *p = (const uint8_t *)v->blob + all[i].off;
-		uint32_t run = 0;
+		uint32_t run = 0, chars = 0;
 		for (int k; run < all[i].len && (k = gm_char_len(p + run, all[i].len - run)); run += k)
-			;
-		if (run == all[i].len) {
+			chars++;
+		if (run == all[i].len || char_start(p + run, all[i].len - run)) {
 			v->plain[all[i].id >> 5] |= 1u << (all[i].id & 31);
 			v->n_plain++;
-		} else if (run)
-			tail[nt++] = (struct ent){ all[i].off + run, all[i].len - run, all[i].id };
-		else
+		} else if (chars == 1) {
+			t1[n1++] = (struct ent){ all[i].off + run, all[i].len - run, all[i].id };
+		} else if (chars) {
+			t2[n2++] = (struct ent){ all[i].off + run, all[i].len - run, all[i].id };
+		} else {
 			head[nh++] = all[i];
+		}
 	}
-	ok = ok && trie_new(&v->tail, tail, nt, v->blob) && trie_new(&v->head, head, nh, v->blob);
-	free(tail);
+	ok = ok && trie_new(&v->tail1, t1, n1, v->blob) && trie_new(&v->tail2, t2, n2, v->blob) &&
+	     trie_new(&v->head, head, nh, v->blob);
+	free(t1);
+	free(t2);
 	free(head);
 	if (!ok) {
 		free(v->plain);
 		v->plain = NULL;
-		trie_free(&v->tail);
+		trie_free(&v->tail1);
+		trie_free(&v->tail2);
 		trie_free(&v->head);
 	}
 	return ok;
@@ -265,7 +289,8 @@ void gm_vocab_free(struct gm_vocab *v)
 	free(v->plain);
 	free(v->sub_end);
 	free(v->plain_below);
-	trie_free(&v->tail);
+	trie_free(&v->tail1);
+	trie_free(&v->tail2);
 	trie_free(&v->head);
 	free(v);
 }
