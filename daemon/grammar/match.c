@@ -30,7 +30,8 @@ struct st {
 	uint64_t exc[4]; /* rloop LOOP_YES: first bytes that do not lead to s1 */
 };
 
-#define MASKS 4
+#define MASKS 16
+#define SC_NONE UINT32_MAX
 
 struct stc {
 	uint32_t *pos;
@@ -43,10 +44,19 @@ struct stc {
 	uint64_t *tkey; /* (state << 8 | byte) + 1 */
 	uint32_t *tval;
 	uint32_t tcap, tn;
-	/* whole masks (without end-of-generation) of the last roots */
-	uint32_t *masks;
-	uint32_t mroot[MASKS];
-	int n_masks, next_mask;
+};
+
+/* Sets by content (below): interned arrays of (pos << 32 | origin code). */
+struct codes {
+	uint64_t *items;
+	size_t n_items, cap_items;
+	uint64_t *hash;
+	uint32_t *off, *len;
+	uint32_t n, cap;
+	uint32_t *index; /* hash -> code + 1 */
+	uint32_t icap;
+	uint64_t *tmp;
+	size_t cap_tmp;
 };
 
 struct gm_matcher {
@@ -65,6 +75,11 @@ struct gm_matcher {
 	bool slow; /* masks by the whole trie only (tests) */
 	struct stc cache; /* the mask walk's states, below */
 	size_t cache_hi;  /* the highest real set a cached state may name */
+	uint32_t *scode;  /* per set: its content code, SC_NONE until known */
+	struct codes codes;
+	uint32_t *masks;  /* the last masks (without end-of-generation) */
+	uint32_t mkey[MASKS]; /* their roots' codes */
+	int n_masks, next_mask;
 };
 
 static bool hash_grow(struct gm_matcher *m);
@@ -171,13 +186,18 @@ static bool set_push(struct gm_matcher *m)
 {
 	if (m->n_sets == m->cap_sets) {
 		uint32_t *n = realloc(m->sets, m->cap_sets * 2 * sizeof *n);
-		if (!n) {
+		if (n)
+			m->sets = n;
+		uint32_t *c = n ? realloc(m->scode, m->cap_sets * 2 * sizeof *c) : NULL;
+		if (c)
+			m->scode = c;
+		if (!n || !c) {
 			m->oom = true;
 			return false;
 		}
-		m->sets = n;
 		m->cap_sets *= 2;
 	}
+	m->scode[m->n_sets] = SC_NONE;
 	m->sets[m->n_sets++] = (uint32_t)m->n_it;
 	new_gen(m);
 	return true;
@@ -226,9 +246,10 @@ struct gm_matcher *gm_matcher_new(const struct gm_grammar *g, const struct gm_vo
 	m->hcap = 256;
 	m->it = malloc(m->cap_it * sizeof *m->it);
 	m->sets = malloc(m->cap_sets * sizeof *m->sets);
+	m->scode = malloc(m->cap_sets * sizeof *m->scode);
 	m->hkey = malloc(m->hcap * sizeof *m->hkey);
 	m->hgen = calloc(m->hcap, sizeof *m->hgen);
-	if (!m->it || !m->sets || !m->hkey || !m->hgen)
+	if (!m->it || !m->sets || !m->scode || !m->hkey || !m->hgen)
 		goto fail;
 	set_push(m);
 	add(m, (uint32_t)g->start, 0);
@@ -247,6 +268,14 @@ void gm_matcher_free(struct gm_matcher *m)
 		return;
 	free(m->it);
 	free(m->sets);
+	free(m->scode);
+	free(m->masks);
+	free(m->codes.items);
+	free(m->codes.hash);
+	free(m->codes.off);
+	free(m->codes.len);
+	free(m->codes.index);
+	free(m->codes.tmp);
 	free(m->hkey);
 	free(m->hgen);
 	stc_free(&m->cache);
@@ -323,7 +352,6 @@ static void stc_clear(struct stc *c)
 	c->n_items = 0;
 	c->n_st = 0;
 	c->tn = 0;
-	c->n_masks = 0;
 	if (c->index)
 		memset(c->index, 0, c->icap * sizeof *c->index);
 	if (c->tkey)
@@ -338,7 +366,6 @@ static void stc_free(struct stc *c)
 	free(c->index);
 	free(c->tkey);
 	free(c->tval);
-	free(c->masks);
 	memset(c, 0, sizeof *c);
 }
 
@@ -733,6 +760,32 @@ static bool loops_below(struct walk *w, const struct gm_node *c, size_t d)
 	return true;
 }
 
+/* The root's items, its own origins as C_SELF, are exactly items (a
+ * canon() of a set after it). */
+static bool like_root(const struct gm_matcher *m, size_t base, const uint64_t *items, size_t n)
+{
+	uint64_t *o = malloc((n ? n : 1) * sizeof *o);
+	size_t k = 0;
+	bool same = o != NULL;
+	for (size_t j = m->sets[base]; same && j < m->sets[base + 1]; j++) {
+		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
+		if (m->g->rhs[pos] == GM_END)
+			continue;
+		if (k == n)
+			same = false;
+		else
+			o[k++] = (uint64_t)pos << 32 | (org == base ? C_SELF : org);
+	}
+	if (same && k == n) {
+		qsort(o, k, sizeof *o, cmp_u64);
+		same = !memcmp(o, items, n * sizeof *o);
+	} else {
+		same = false;
+	}
+	free(o);
+	return same;
+}
+
 #define ROOT_MAX_CANDS 16
 #define ROOT_MAX_EXC 32
 
@@ -809,13 +862,19 @@ static void root_check(struct walk *w)
 	if (ok)
 		ok = push(m, (uint8_t)cands[best].ascii);
 	if (ok) {
-		/* S1 (at depth 1) takes every character to S2, and S2 to itself */
+		/* S1 (at depth 1) takes every character to S2, and S2 to itself.
+		 * Where the root is like S1 (inside a string) or S2 like S1
+		 * (after the opening quote), what is shown for one holds for the
+		 * other. */
 		s1 = intern(m, w->c, w->base + 1, w->base, w->path);
 		w->path[1] = s1;
 		l.anchor = w->base + 1;
 		l.have = false;
-		if (s1 != ST_DEAD && chars_ok(&l) && push(m, gm_shapes[0].lo[0])) {
-			if (chars_ok(&l))
+		bool root_s1 = s1 != ST_DEAD && like_root(m, w->base, cands[best].items, cands[best].n);
+		if (s1 != ST_DEAD && (root_s1 || chars_ok(&l)) && push(m, gm_shapes[0].lo[0])) {
+			bool s2_s1 = root_s1 || (l.n_want == cands[best].n &&
+						 !memcmp(l.want, cands[best].items, l.n_want * sizeof *l.want));
+			if (s2_s1 || chars_ok(&l))
 				s2 = intern(m, w->c, w->base + 2, w->base, w->path);
 			pop(m);
 		}
@@ -881,25 +940,115 @@ static void loop_mask(struct walk *w, size_t words)
 		root_exceptions(w, exc);
 }
 
-/* A root seen in the last few masks gives the same mask again. */
-static int mask_cached(const struct stc *c, uint32_t root)
+/* ---- masks by content -------------------------------------------------
+ *
+ * A real set's code: its items that are not complete, each origin given by
+ * that set's code (its own: C_SELF), sorted. Sets with equal codes parse
+ * alike wherever they are, so a root's mask is kept by its code and the
+ * same context later in the output (the same key in the next element of
+ * an array) takes it without a walk. */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t el)
 {
-	for (int i = 0; i < c->n_masks; i++)
-		if (c->mroot[i] == root)
+	if (need <= *cap)
+		return true;
+	size_t n = *cap ? *cap * 2 : 256;
+	while (n < need)
+		n *= 2;
+	void *q = realloc(*p, n * el);
+	if (!q)
+		return false;
+	*p = q;
+	*cap = n;
+	return true;
+}
+
+static uint32_t codes_intern(struct codes *t, const uint64_t *it, uint32_t n)
+{
+	uint64_t h = n;
+	for (uint32_t i = 0; i < n; i++)
+		h = mix(h, it[i]);
+	if ((t->n + 1) * 2 > t->icap) {
+		uint32_t cap = t->icap ? t->icap * 2 : 1024;
+		uint32_t *ix = calloc(cap, sizeof *ix);
+		if (!ix)
+			return SC_NONE;
+		for (uint32_t c = 0; c < t->n; c++) {
+			uint32_t i = (uint32_t)(t->hash[c] >> 32) & (cap - 1);
+			while (ix[i])
+				i = (i + 1) & (cap - 1);
+			ix[i] = c + 1;
+		}
+		free(t->index);
+		t->index = ix;
+		t->icap = cap;
+	}
+	uint32_t i = (uint32_t)(h >> 32) & (t->icap - 1);
+	for (; t->index[i]; i = (i + 1) & (t->icap - 1)) {
+		uint32_t c = t->index[i] - 1;
+		if (t->hash[c] == h && t->len[c] == n && !memcmp(t->items + t->off[c], it, n * sizeof *it))
+			return c;
+	}
+	size_t cap = t->cap, cap2 = t->cap, cap3 = t->cap, capi = t->cap_items;
+	if (!grow((void **)&t->hash, &cap, t->n + 1, sizeof *t->hash) ||
+	    !grow((void **)&t->off, &cap2, t->n + 1, sizeof *t->off) ||
+	    !grow((void **)&t->len, &cap3, t->n + 1, sizeof *t->len) ||
+	    !grow((void **)&t->items, &capi, t->n_items + n, sizeof *t->items))
+		return SC_NONE;
+	t->cap = (uint32_t)cap;
+	t->cap_items = capi;
+	t->hash[t->n] = h;
+	t->off[t->n] = (uint32_t)t->n_items;
+	t->len[t->n] = n;
+	memcpy(t->items + t->n_items, it, n * sizeof *it);
+	t->n_items += n;
+	t->index[i] = t->n + 1;
+	return t->n++;
+}
+
+/* The code of real set k (its origins' first). */
+static uint32_t set_code(struct gm_matcher *m, size_t k)
+{
+	if (m->scode[k] != SC_NONE)
+		return m->scode[k];
+	const struct gm_grammar *g = m->g;
+	size_t from = m->sets[k], to = k + 1 < m->n_sets ? m->sets[k + 1] : m->n_it;
+	for (size_t j = from; j < to; j++) {
+		uint32_t o = m->it[j].origin;
+		if (g->rhs[m->it[j].pos] != GM_END && o != k && set_code(m, o) == SC_NONE)
+			return SC_NONE;
+	}
+	struct codes *t = &m->codes;
+	if (!grow((void **)&t->tmp, &t->cap_tmp, to - from + 1, sizeof *t->tmp))
+		return SC_NONE;
+	uint32_t n = 0;
+	for (size_t j = from; j < to; j++) {
+		uint32_t pos = m->it[j].pos, o = m->it[j].origin;
+		if (g->rhs[pos] != GM_END)
+			t->tmp[n++] = (uint64_t)pos << 32 | (o == k ? C_SELF : m->scode[o]);
+	}
+	qsort(t->tmp, n, sizeof *t->tmp, cmp_u64);
+	return m->scode[k] = codes_intern(t, t->tmp, n);
+}
+
+static int mask_cached(const struct gm_matcher *m, uint32_t key)
+{
+	for (int i = 0; key != SC_NONE && i < m->n_masks; i++)
+		if (m->mkey[i] == key)
 			return i;
 	return -1;
 }
 
-static void mask_keep(struct stc *c, uint32_t root, const uint32_t *mask, size_t words)
+static void mask_keep(struct gm_matcher *m, uint32_t key, const uint32_t *mask, size_t words)
 {
-	if (!c->masks && !(c->masks = malloc(MASKS * words * sizeof *c->masks)))
+	if (key == SC_NONE || (!m->masks && !(m->masks = malloc(MASKS * words * sizeof *m->masks))))
 		return;
-	int i = c->next_mask;
-	c->next_mask = (i + 1) % MASKS;
-	if (c->n_masks < MASKS)
-		c->n_masks++;
-	c->mroot[i] = root;
-	memcpy(c->masks + i * words, mask, words * sizeof *mask);
+	int i = m->next_mask;
+	m->next_mask = (i + 1) % MASKS;
+	if (m->n_masks < MASKS)
+		m->n_masks++;
+	m->mkey[i] = key;
+	memcpy(m->masks + i * words, mask, words * sizeof *mask);
 }
 
 int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
@@ -918,11 +1067,11 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 		return -1;
 	*w = (struct walk){ .m = m, .v = v, .c = c, .mask = mask, .base = m->n_sets - 1,
 			    .nodes = v->nodes, .toks = v->toks };
-	w->path[0] = intern(m, c, w->base, w->base, w->path);
-	int hit = m->slow || m->oom ? -1 : mask_cached(c, w->path[0]);
+	uint32_t key = m->slow ? SC_NONE : set_code(m, w->base);
+	int hit = mask_cached(m, key);
 	if (hit >= 0) {
-		memcpy(mask, c->masks + hit * words, words * sizeof *mask);
-	} else if (!m->oom) {
+		memcpy(mask, m->masks + hit * words, words * sizeof *mask);
+	} else if ((w->path[0] = intern(m, c, w->base, w->base, w->path)) != ST_DEAD && !m->oom) {
 		bool fast = !m->slow && v->plain;
 		if (fast && c->st[w->path[0]].rloop == LOOP_UNKNOWN)
 			root_check(w);
@@ -937,8 +1086,8 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 			pop(m);
 		if (w->base > m->cache_hi)
 			m->cache_hi = w->base;
-		if (!m->slow && !m->oom)
-			mask_keep(c, w->path[0], mask, words);
+		if (!m->oom)
+			mask_keep(m, key, mask, words);
 	}
 	free(w);
 	if (m->oom) {
