@@ -660,17 +660,47 @@ static long canon(struct loop *l, uint64_t **out)
 }
 
 /* Bytes a and b are scanned by the same items of the last set. */
-static bool same_items(const struct gm_matcher *m, uint8_t a, uint8_t b)
+/* Group bytes lo..hi by the items of the last set that scan them (only
+ * the terminals that take some byte of the range tell them apart): each
+ * byte's group in grp, one byte of each in reps. Returns the groups. */
+static int group_bytes(const struct gm_matcher *m, uint8_t lo, uint8_t hi, uint8_t *grp, uint8_t *reps)
 {
-	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it; j++) {
+	uint64_t range[4] = { 0 };
+	for (int b = lo; b <= hi; b++)
+		range[b >> 6] |= 1ull << (b & 63);
+	const uint64_t *terms[64];
+	int nt = 0;
+	bool all = false;
+	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it && !all; j++) {
 		int32_t sym = m->g->rhs[m->it[j].pos];
 		if (sym >= 0 || sym == GM_END)
 			continue;
 		const uint64_t *t = m->g->terms[GM_TIDX(sym)];
-		if ((t[a >> 6] >> (a & 63) & 1) != (t[b >> 6] >> (b & 63) & 1))
-			return false;
+		if (!((t[0] & range[0]) | (t[1] & range[1]) | (t[2] & range[2]) | (t[3] & range[3])))
+			continue;
+		if (nt == 64)
+			all = true; /* too many to tell apart cheaply: each byte alone */
+		else
+			terms[nt++] = t;
 	}
-	return true;
+	int nr = 0;
+	for (int b = lo; b <= hi; b++) {
+		int r = 0;
+		for (; !all && r < nr; r++) {
+			uint8_t a = reps[r];
+			int i = 0;
+			while (i < nt && (terms[i][a >> 6] >> (a & 63) & 1) == (terms[i][b >> 6] >> (b & 63) & 1))
+				i++;
+			if (i == nt)
+				break;
+		}
+		if (all || r == nr) {
+			r = nr;
+			reps[nr++] = (uint8_t)b;
+		}
+		grp[b - lo] = (uint8_t)r;
+	}
+	return nr;
 }
 
 /* Every character of shape sh from byte i on, from the last set, is
@@ -691,15 +721,8 @@ static bool shape_ok(struct loop *l, const struct gm_shape *sh, int i)
 		}
 		return (size_t)n == l->n_want && !memcmp(c, l->want, n * sizeof *c);
 	}
-	uint8_t reps[256];
-	int nr = 0;
-	for (int b = sh->lo[i]; b <= sh->hi[i]; b++) {
-		int r = 0;
-		while (r < nr && !same_items(m, (uint8_t)b, reps[r]))
-			r++;
-		if (r == nr)
-			reps[nr++] = (uint8_t)b;
-	}
+	uint8_t reps[256], grp[256];
+	int nr = group_bytes(m, sh->lo[i], sh->hi[i], grp, reps);
 	for (int r = 0; r < nr; r++) {
 		if (++l->pushes > LOOP_MAX_PUSHES || !push(m, reps[r]))
 			return false;
@@ -809,35 +832,32 @@ static void root_check(struct walk *w)
 		lead[b] = -1;
 	for (int si = 0; si < GM_N_SHAPES && !m->oom; si++) {
 		const struct gm_shape *sh = &gm_shapes[si];
-		uint8_t reps[256];
-		int nr = 0;
-		for (int b = sh->lo[0]; b <= sh->hi[0]; b++) {
-			int r = 0;
-			while (r < nr && !same_items(m, (uint8_t)b, reps[r]))
-				r++;
-			if (r < nr) { /* scanned by the same items: the same outcome */
-				lead[b] = lead[reps[r]];
-			} else {
-				reps[nr++] = (uint8_t)b;
-				int res = -1;
-				if (push(m, (uint8_t)b)) {
-					l.have = false;
-					bool ok = shape_ok(&l, sh, 1);
-					pop(m);
-					for (int c = 0; ok && c < nc && res < 0; c++)
-						if (cands[c].n == l.n_want && !memcmp(cands[c].items, l.want, l.n_want * sizeof *l.want))
-							res = c;
-					if (ok && res < 0 && nc < ROOT_MAX_CANDS) {
-						uint64_t *it = malloc((l.n_want ? l.n_want : 1) * sizeof *it);
-						if (it) {
-							memcpy(it, l.want, l.n_want * sizeof *it);
-							cands[nc] = (struct cand){ it, l.n_want, 0, -1 };
-							res = nc++;
-						}
+		/* bytes scanned by the same items have the same outcome */
+		uint8_t reps[256], grp[256];
+		int16_t res_of[256];
+		int nr = group_bytes(m, sh->lo[0], sh->hi[0], grp, reps);
+		for (int r = 0; r < nr; r++) {
+			int res = -1;
+			if (push(m, reps[r])) {
+				l.have = false;
+				bool ok = shape_ok(&l, sh, 1);
+				pop(m);
+				for (int c = 0; ok && c < nc && res < 0; c++)
+					if (cands[c].n == l.n_want && !memcmp(cands[c].items, l.want, l.n_want * sizeof *l.want))
+						res = c;
+				if (ok && res < 0 && nc < ROOT_MAX_CANDS) {
+					uint64_t *it = malloc((l.n_want ? l.n_want : 1) * sizeof *it);
+					if (it) {
+						memcpy(it, l.want, l.n_want * sizeof *it);
+						cands[nc] = (struct cand){ it, l.n_want, 0, -1 };
+						res = nc++;
 					}
 				}
-				lead[b] = (int16_t)res;
 			}
+			res_of[r] = (int16_t)res;
+		}
+		for (int b = sh->lo[0]; b <= sh->hi[0]; b++) {
+			lead[b] = res_of[grp[b - sh->lo[0]]];
 			if (lead[b] >= 0) {
 				cands[lead[b]].weight++;
 				if (sh->n == 1 && cands[lead[b]].ascii < 0)
