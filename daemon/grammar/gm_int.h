@@ -52,7 +52,35 @@ struct gm_vocab {
 	uint8_t *eog;
 	int32_t *eog_ids;
 	int n_eog;
+	/* The split for parser states that loop on JSON string characters
+	 * (match.c): plain tokens are made of such characters only (a
+	 * bitmask); tail1 and tail2 hold the other tokens that start with
+	 * one or with more of them, keyed by what follows that run; head the
+	 * tokens that do not start with one. NULL plain: no split. */
+	uint32_t *plain;
+	int n_plain;
+	struct gm_trie {
+		struct gm_node *nodes;
+		size_t n_nodes;
+		int32_t *toks;
+	} head, tail1, tail2;
+	/* Per node of the whole trie: the end of its subtree's tokens in toks,
+	 * and whether every token below it goes on with string characters
+	 * only (from the node's depth). NULL: not built. */
+	uint32_t *sub_end;
+	uint8_t *plain_below;
 };
+
+/* The characters a JSON string holds raw (all but '"', '\\' and controls),
+ * as byte-range sequences: printable ASCII in three ranges, then
+ * well-formed UTF-8 (Unicode's table 3-7). */
+struct gm_shape {
+	uint8_t n, lo[4], hi[4];
+};
+#define GM_N_SHAPES 11
+extern const struct gm_shape gm_shapes[GM_N_SHAPES];
+/* Length of the string character at p (at most n bytes), 0 if none. */
+int gm_char_len(const uint8_t *p, size_t n);
 
 struct gm_b {
 	struct { int32_t lhs; uint32_t pos; } *prods;

@@ -59,6 +59,9 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask);
 int gm_matcher_accept_token(struct gm_matcher *m, int32_t tok);
 /* Advance by bytes: 0, or -1 (state unchanged) if they leave the language. */
 int gm_matcher_accept_bytes(struct gm_matcher *m, const char *s, size_t n);
+/* Compute masks by walking the whole trie, without the shortcuts (for
+ * tests: both ways must give the same masks). */
+void gm_matcher_slow(struct gm_matcher *m, bool slow);
 /* The output so far is a complete sentence. */
 bool gm_matcher_is_complete(const struct gm_matcher *m);
 /* Bytes accepted so far; gm_matcher_rollback(m, n) goes back to n of them. */

@@ -18,11 +18,20 @@ struct gm_item {
 #define ST_DEAD UINT32_MAX
 #define REL (1ull << 63)
 
+enum { LOOP_UNKNOWN, LOOP_NO, LOOP_YES };
+
 struct st {
 	uint32_t off, n;
 	uint64_t ok[4];
 	uint64_t hash;
+	uint8_t loop;    /* deeper than a root: loops on string characters */
+	uint8_t rloop;   /* as a root: root_check's verdict */
+	uint32_t s1, s2; /* rloop LOOP_YES: the states after one, two characters */
+	uint64_t exc[4]; /* rloop LOOP_YES: first bytes that do not lead to s1 */
 };
+
+#define MASKS 16
+#define SC_NONE UINT32_MAX
 
 struct stc {
 	uint32_t *pos;
@@ -35,6 +44,19 @@ struct stc {
 	uint64_t *tkey; /* (state << 8 | byte) + 1 */
 	uint32_t *tval;
 	uint32_t tcap, tn;
+};
+
+/* Sets by content (below): interned arrays of (pos << 32 | origin code). */
+struct codes {
+	uint64_t *items;
+	size_t n_items, cap_items;
+	uint64_t *hash;
+	uint32_t *off, *len;
+	uint32_t n, cap;
+	uint32_t *index; /* hash -> code + 1 */
+	uint32_t icap;
+	uint64_t *tmp;
+	size_t cap_tmp;
 };
 
 struct gm_matcher {
@@ -50,8 +72,14 @@ struct gm_matcher {
 	uint32_t hcap, gen, hcount;
 	bool done; /* an end-of-generation token was accepted */
 	bool oom;
+	bool slow; /* masks by the whole trie only (tests) */
 	struct stc cache; /* the mask walk's states, below */
 	size_t cache_hi;  /* the highest real set a cached state may name */
+	uint32_t *scode;  /* per set: its content code, SC_NONE until known */
+	struct codes codes;
+	uint32_t *masks;  /* the last masks (without end-of-generation) */
+	uint32_t mkey[MASKS]; /* their roots' codes */
+	int n_masks, next_mask;
 };
 
 static bool hash_grow(struct gm_matcher *m);
@@ -158,13 +186,18 @@ static bool set_push(struct gm_matcher *m)
 {
 	if (m->n_sets == m->cap_sets) {
 		uint32_t *n = realloc(m->sets, m->cap_sets * 2 * sizeof *n);
-		if (!n) {
+		if (n)
+			m->sets = n;
+		uint32_t *c = n ? realloc(m->scode, m->cap_sets * 2 * sizeof *c) : NULL;
+		if (c)
+			m->scode = c;
+		if (!n || !c) {
 			m->oom = true;
 			return false;
 		}
-		m->sets = n;
 		m->cap_sets *= 2;
 	}
+	m->scode[m->n_sets] = SC_NONE;
 	m->sets[m->n_sets++] = (uint32_t)m->n_it;
 	new_gen(m);
 	return true;
@@ -213,9 +246,10 @@ struct gm_matcher *gm_matcher_new(const struct gm_grammar *g, const struct gm_vo
 	m->hcap = 256;
 	m->it = malloc(m->cap_it * sizeof *m->it);
 	m->sets = malloc(m->cap_sets * sizeof *m->sets);
+	m->scode = malloc(m->cap_sets * sizeof *m->scode);
 	m->hkey = malloc(m->hcap * sizeof *m->hkey);
 	m->hgen = calloc(m->hcap, sizeof *m->hgen);
-	if (!m->it || !m->sets || !m->hkey || !m->hgen)
+	if (!m->it || !m->sets || !m->scode || !m->hkey || !m->hgen)
 		goto fail;
 	set_push(m);
 	add(m, (uint32_t)g->start, 0);
@@ -234,6 +268,14 @@ void gm_matcher_free(struct gm_matcher *m)
 		return;
 	free(m->it);
 	free(m->sets);
+	free(m->scode);
+	free(m->masks);
+	free(m->codes.items);
+	free(m->codes.hash);
+	free(m->codes.off);
+	free(m->codes.len);
+	free(m->codes.index);
+	free(m->codes.tmp);
 	free(m->hkey);
 	free(m->hgen);
 	stc_free(&m->cache);
@@ -297,12 +339,13 @@ int gm_matcher_accept_token(struct gm_matcher *m, int32_t tok)
 /* ---- the mask walk's state cache --------------------------------------
  *
  * A set's future depends only on its items that are not complete, and on
- * the sets their origins name. Origins up to the walk's root are real sets
- * that never change (until a rollback); deeper ones are coded as (distance,
- * state of that set). Two sets with the same coded items therefore take
- * the same bytes to the same states, and the walk remembers (state, byte)
- * -> state: inside a JSON string every trie node is one table lookup, and
- * a set is built only where the cache has not seen the step yet. */
+ * the sets their origins name. Origins before the walk's root are real
+ * sets that never change (until a rollback); the root and deeper ones are
+ * coded as (distance, state of that set), the root's own items as distance
+ * 0. Two sets with the same coded items therefore take the same bytes to
+ * the same states, and the walk remembers (state, byte) -> state: a set is
+ * built only where the cache has not seen the step yet, and roots that
+ * differ only in where they are (inside one JSON string) share it all. */
 
 static void stc_clear(struct stc *c)
 {
@@ -350,7 +393,7 @@ static bool index_grow(struct stc *c)
 	return true;
 }
 
-/* The state of set k (at walk depth d over root b; path: states by depth). */
+/* The state of set k, at or below the walk's root b (path: states by depth). */
 static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, const uint32_t *path)
 {
 	const struct gm_grammar *g = m->g;
@@ -382,6 +425,9 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 	struct st *st = &c->st[c->n_st];
 	st->off = (uint32_t)c->n_items;
 	st->n = 0;
+	st->loop = LOOP_UNKNOWN;
+	st->rloop = LOOP_UNKNOWN;
+	memset(st->exc, 0, sizeof st->exc);
 	memset(st->ok, 0, sizeof st->ok);
 	uint32_t *pp = c->pos + c->n_items;
 	uint64_t *cp = c->code + c->n_items;
@@ -395,7 +441,7 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 			for (int w = 0; w < 4; w++)
 				st->ok[w] |= t[w];
 		}
-		uint64_t code = o <= b ? o : REL | (uint64_t)(k - o) << 32 | (o == k ? 0 : path[o - b]);
+		uint64_t code = o < b ? o : REL | (uint64_t)(k - o) << 32 | (o == k ? 0 : path[o - b]);
 		pp[st->n] = pos;
 		cp[st->n] = code;
 		st->n++;
@@ -457,10 +503,12 @@ static uint32_t *tslot(struct gm_matcher *m, struct stc *c, uint32_t s, uint8_t 
 struct walk {
 	struct gm_matcher *m;
 	const struct gm_vocab *v;
+	const struct gm_node *nodes; /* the trie walked */
+	const int32_t *toks;
 	struct stc *c;
 	uint32_t *mask;
-	int count;
 	size_t base;     /* the real set the walk starts from */
+	bool below;      /* whole subtrees may be taken where the state loops */
 	uint32_t path[1024]; /* state by depth */
 };
 
@@ -489,77 +537,591 @@ static bool materialize(struct walk *w, size_t d)
 	return true;
 }
 
-static void walk(struct walk *w, const struct gm_node *n, size_t d)
+static bool loops_below(struct walk *w, const struct gm_node *c, size_t d);
+
+static void walk(struct walk *w, const struct gm_node *n, size_t d);
+
+/* Take node c from depth d if its byte is allowed there, and walk on. */
+static void step(struct walk *w, const struct gm_node *c, size_t d)
 {
 	struct gm_matcher *m = w->m;
-	const struct gm_node *c = &w->v->nodes[n->child];
 	const uint64_t *ok = w->c->st[w->path[d]].ok;
-	for (int i = 0; i < n->n_child && !m->oom; i++, c++) {
-		if (!(ok[c->byte >> 6] >> (c->byte & 63) & 1))
-			continue;
-		for (int t = 0; t < c->n_tok; t++) {
-			int32_t id = w->v->toks[c->tok + t];
-			w->mask[id >> 5] |= 1u << (id & 31);
-		}
-		w->count += c->n_tok;
-		if (!c->n_child || d + 1 >= sizeof w->path / sizeof *w->path)
-			continue;
-		bool found;
-		uint32_t *slot = tslot(m, w->c, w->path[d], c->byte, &found);
+	if (!(ok[c->byte >> 6] >> (c->byte & 63) & 1))
+		return;
+	for (int t = 0; t < c->n_tok; t++) {
+		int32_t id = w->toks[c->tok + t];
+		w->mask[id >> 5] |= 1u << (id & 31);
+	}
+	if (!c->n_child || d + 1 >= sizeof w->path / sizeof *w->path)
+		return;
+	bool found;
+	uint32_t *slot = tslot(m, w->c, w->path[d], c->byte, &found);
+	if (!slot)
+		return;
+	uint32_t next = *slot;
+	if (!found) {
+		if (!materialize(w, d))
+			return;
+		next = push(m, c->byte) ? intern(m, w->c, m->n_sets - 1, w->base, w->path) : ST_DEAD;
+		/* the slot may have moved while interning: look it up again */
+		slot = tslot(m, w->c, w->path[d], c->byte, &found);
 		if (!slot)
 			return;
-		uint32_t next = *slot;
-		if (!found) {
-			if (!materialize(w, d))
-				return;
-			next = push(m, c->byte) ? intern(m, w->c, m->n_sets - 1, w->base, w->path) : ST_DEAD;
-			/* the slot may have moved while interning: look it up again */
-			slot = tslot(m, w->c, w->path[d], c->byte, &found);
-			if (!slot)
-				return;
-			*slot = next;
-		}
-		ok = w->c->st[w->path[d]].ok; /* st may have been reallocated */
-		if (next == ST_DEAD)
-			continue;
+		*slot = next;
+	}
+	if (next != ST_DEAD) {
 		w->path[d + 1] = next;
-		walk(w, c, d + 1);
-		ok = w->c->st[w->path[d]].ok;
-		while (m->n_sets - 1 > w->base + d)
+		if (!w->below || !loops_below(w, c, d + 1))
+			walk(w, c, d + 1);
+	}
+	while (m->n_sets - 1 > w->base + d)
+		pop(m);
+}
+
+static void walk(struct walk *w, const struct gm_node *n, size_t d)
+{
+	const struct gm_node *c = &w->nodes[n->child];
+	for (int i = 0; i < n->n_child && !w->m->oom; i++, c++)
+		step(w, c, d);
+}
+
+/* ---- states that loop on string characters ----------------------------
+ *
+ * Inside a JSON string every raw character (gm_shapes) takes the parser
+ * from one state to the same next one. Where the root R takes every
+ * character to one state S1 and S1 takes every character back to itself,
+ * every token made of such characters is allowed (the vocabulary's plain
+ * bitmask), a token that starts with some of them is decided by its tail
+ * walked from S1, and only the tokens that start otherwise are walked from
+ * R: a few thousand trie nodes instead of the whole vocabulary. */
+
+#define LOOP_MAX_PUSHES 512
+#define LOOP_DEPTH 3
+#define C_ROOT 0xFFFFFFFFu
+#define C_SELF 0xFFFFFFFEu
+#define C_ANCHOR 0xFFFFFFFDu
+
+struct loop {
+	struct gm_matcher *m;
+	size_t base;
+	size_t anchor; /* where S1 is, when past it; 0: not */
+	uint64_t *want, *tmp; /* S1's canonical items, the set's at hand */
+	size_t n_want, cap;
+	bool have;
+	int pushes;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The last set's items that are not complete, origins made independent of
+ * where the set is: before the root as they are, the root and the set
+ * itself marked. -1 if an item starts inside a character, or on OOM. */
+static long canon(struct loop *l, uint64_t **out)
+{
+	struct gm_matcher *m = l->m;
+	size_t k = m->n_sets - 1, from = m->sets[k], n = 0;
+	if (m->n_it - from > l->cap) {
+		size_t cap = (m->n_it - from) * 2;
+		uint64_t *a = realloc(l->want, cap * sizeof *a), *b;
+		if (a)
+			l->want = a;
+		b = a ? realloc(l->tmp, cap * sizeof *b) : NULL;
+		if (b)
+			l->tmp = b;
+		if (!a || !b)
+			return m->oom = true, -1;
+		l->cap = cap;
+	}
+	uint64_t *o = l->have ? l->tmp : l->want;
+	for (size_t j = from; j < m->n_it; j++) {
+		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
+		if (m->g->rhs[pos] == GM_END)
+			continue;
+		uint32_t c;
+		if (org < l->base)
+			c = org;
+		else if (org == l->base)
+			c = C_ROOT;
+		else if (org == k)
+			c = C_SELF;
+		else if (org == l->anchor)
+			c = C_ANCHOR;
+		else
+			return -1;
+		o[n++] = (uint64_t)pos << 32 | c;
+	}
+	qsort(o, n, sizeof *o, cmp_u64);
+	*out = o;
+	return (long)n;
+}
+
+/* Bytes a and b are scanned by the same items of the last set. */
+/* Group bytes lo..hi by the items of the last set that scan them (only
+ * the terminals that take some byte of the range tell them apart): each
+ * byte's group in grp, one byte of each in reps. Returns the groups. */
+static int group_bytes(const struct gm_matcher *m, uint8_t lo, uint8_t hi, uint8_t *grp, uint8_t *reps)
+{
+	uint64_t range[4] = { 0 };
+	for (int b = lo; b <= hi; b++)
+		range[b >> 6] |= 1ull << (b & 63);
+	const uint64_t *terms[64];
+	int nt = 0;
+	bool all = false;
+	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it && !all; j++) {
+		int32_t sym = m->g->rhs[m->it[j].pos];
+		if (sym >= 0 || sym == GM_END)
+			continue;
+		const uint64_t *t = m->g->terms[GM_TIDX(sym)];
+		if (!((t[0] & range[0]) | (t[1] & range[1]) | (t[2] & range[2]) | (t[3] & range[3])))
+			continue;
+		if (nt == 64)
+			all = true; /* too many to tell apart cheaply: each byte alone */
+		else
+			terms[nt++] = t;
+	}
+	int nr = 0;
+	for (int b = lo; b <= hi; b++) {
+		int r = 0;
+		for (; !all && r < nr; r++) {
+			uint8_t a = reps[r];
+			int i = 0;
+			while (i < nt && (terms[i][a >> 6] >> (a & 63) & 1) == (terms[i][b >> 6] >> (b & 63) & 1))
+				i++;
+			if (i == nt)
+				break;
+		}
+		if (all || r == nr) {
+			r = nr;
+			reps[nr++] = (uint8_t)b;
+		}
+		grp[b - lo] = (uint8_t)r;
+	}
+	return nr;
+}
+
+/* Every character of shape sh from byte i on, from the last set, is
+ * scanned and ends in S1 (the first one found defines it). Bytes scanned
+ * by the same items lead to the same set: one of each group is pushed. */
+static bool shape_ok(struct loop *l, const struct gm_shape *sh, int i)
+{
+	struct gm_matcher *m = l->m;
+	if (i == sh->n) {
+		uint64_t *c;
+		long n = canon(l, &c);
+		if (n < 0)
+			return false;
+		if (!l->have) {
+			l->have = true;
+			l->n_want = (size_t)n;
+			return true;
+		}
+		return (size_t)n == l->n_want && !memcmp(c, l->want, n * sizeof *c);
+	}
+	uint8_t reps[256], grp[256];
+	int nr = group_bytes(m, sh->lo[i], sh->hi[i], grp, reps);
+	for (int r = 0; r < nr; r++) {
+		if (++l->pushes > LOOP_MAX_PUSHES || !push(m, reps[r]))
+			return false;
+		bool ok = shape_ok(l, sh, i + 1);
+		pop(m);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static bool chars_ok(struct loop *l)
+{
+	for (int s = 0; s < GM_N_SHAPES; s++)
+		if (!shape_ok(l, &gm_shapes[s], 0))
+			return false;
+	return true;
+}
+
+/* Decide whether the state at depth d (its set the last) loops. */
+static void loop_check(struct walk *w, size_t d)
+{
+	struct gm_matcher *m = w->m;
+	struct loop l = { .m = m, .base = w->base + d };
+	bool ok = chars_ok(&l) && push(m, gm_shapes[0].lo[0]);
+	if (ok) {
+		ok = chars_ok(&l);
+		pop(m);
+	}
+	free(l.want);
+	free(l.tmp);
+	w->c->st[w->path[d]].loop = ok ? LOOP_YES : LOOP_NO;
+}
+
+/* Node c (at depth d) is taken; where every token below it goes on with
+ * string characters only and the state loops on them, they are all
+ * allowed without walking. States first met deeper than LOOP_DEPTH are
+ * not checked: a check costs some 70 parser steps. */
+static bool loops_below(struct walk *w, const struct gm_node *c, size_t d)
+{
+	size_t at = (size_t)(c - w->v->nodes);
+	if (!w->v->plain_below[at])
+		return false;
+	uint8_t loop = w->c->st[w->path[d]].loop;
+	if (loop == LOOP_UNKNOWN && d <= LOOP_DEPTH) {
+		if (!materialize(w, d))
+			return false;
+		loop_check(w, d);
+		loop = w->c->st[w->path[d]].loop;
+	}
+	if (loop != LOOP_YES)
+		return false;
+	uint32_t from = c->tok + c->n_tok, to = w->v->sub_end[at];
+	for (uint32_t i = from; i < to; i++) {
+		int32_t id = w->toks[i];
+		w->mask[id >> 5] |= 1u << (id & 31);
+	}
+	return true;
+}
+
+/* The root's items, its own origins as C_SELF, are exactly items (a
+ * canon() of a set after it). */
+static bool like_root(const struct gm_matcher *m, size_t base, const uint64_t *items, size_t n)
+{
+	uint64_t *o = malloc((n ? n : 1) * sizeof *o);
+	size_t k = 0;
+	bool same = o != NULL;
+	for (size_t j = m->sets[base]; same && j < m->sets[base + 1]; j++) {
+		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
+		if (m->g->rhs[pos] == GM_END)
+			continue;
+		if (k == n)
+			same = false;
+		else
+			o[k++] = (uint64_t)pos << 32 | (org == base ? C_SELF : org);
+	}
+	if (same && k == n) {
+		qsort(o, k, sizeof *o, cmp_u64);
+		same = !memcmp(o, items, n * sizeof *o);
+	} else {
+		same = false;
+	}
+	free(o);
+	return same;
+}
+
+#define ROOT_MAX_CANDS 16
+#define ROOT_MAX_EXC 32
+
+/* The root need not loop itself: its first characters are grouped by the
+ * state they lead to. The most common one, reached by some ASCII
+ * character, is S1 and must loop; the lead bytes of the other characters
+ * are exceptions, their subtrees walked on their own. */
+static void root_check(struct walk *w)
+{
+	struct gm_matcher *m = w->m;
+	struct loop l = { .m = m, .base = w->base };
+	struct cand {
+		uint64_t *items;
+		size_t n;
+		int weight;
+		int ascii; /* a one-byte character that leads to it, -1 if none */
+	} cands[ROOT_MAX_CANDS];
+	int nc = 0;
+	int16_t lead[256]; /* candidate of each lead byte, -1: none */
+	for (int b = 0; b < 256; b++)
+		lead[b] = -1;
+	for (int si = 0; si < GM_N_SHAPES && !m->oom; si++) {
+		const struct gm_shape *sh = &gm_shapes[si];
+		/* bytes scanned by the same items have the same outcome */
+		uint8_t reps[256], grp[256];
+		int16_t res_of[256];
+		int nr = group_bytes(m, sh->lo[0], sh->hi[0], grp, reps);
+		for (int r = 0; r < nr; r++) {
+			int res = -1;
+			if (push(m, reps[r])) {
+				l.have = false;
+				bool ok = shape_ok(&l, sh, 1);
+				pop(m);
+				for (int c = 0; ok && c < nc && res < 0; c++)
+					if (cands[c].n == l.n_want && !memcmp(cands[c].items, l.want, l.n_want * sizeof *l.want))
+						res = c;
+				if (ok && res < 0 && nc < ROOT_MAX_CANDS) {
+					uint64_t *it = malloc((l.n_want ? l.n_want : 1) * sizeof *it);
+					if (it) {
+						memcpy(it, l.want, l.n_want * sizeof *it);
+						cands[nc] = (struct cand){ it, l.n_want, 0, -1 };
+						res = nc++;
+					}
+				}
+			}
+			res_of[r] = (int16_t)res;
+		}
+		for (int b = sh->lo[0]; b <= sh->hi[0]; b++) {
+			lead[b] = res_of[grp[b - sh->lo[0]]];
+			if (lead[b] >= 0) {
+				cands[lead[b]].weight++;
+				if (sh->n == 1 && cands[lead[b]].ascii < 0)
+					cands[lead[b]].ascii = b;
+			}
+		}
+	}
+	int best = -1;
+	for (int c = 0; c < nc; c++)
+		if (cands[c].ascii >= 0 && (best < 0 || cands[c].weight > cands[best].weight))
+			best = c;
+	uint64_t exc[4] = { 0 };
+	int n_exc = 0;
+	for (int si = 0; si < GM_N_SHAPES; si++)
+		for (int b = gm_shapes[si].lo[0]; b <= gm_shapes[si].hi[0]; b++)
+			if (lead[b] != best) {
+				exc[b >> 6] |= 1ull << (b & 63);
+				n_exc++;
+			}
+	uint32_t s1 = ST_DEAD, s2 = ST_DEAD;
+	bool ok = best >= 0 && (n_exc == 0 || (n_exc <= ROOT_MAX_EXC && m->v->sub_end)) && !m->oom;
+	if (ok)
+		ok = push(m, (uint8_t)cands[best].ascii);
+	if (ok) {
+		/* S1 (at depth 1) takes every character to S2, and S2 to itself.
+		 * Where the root is like S1 (inside a string) or S2 like S1
+		 * (after the opening quote), what is shown for one holds for the
+		 * other. */
+		s1 = intern(m, w->c, w->base + 1, w->base, w->path);
+		w->path[1] = s1;
+		l.anchor = w->base + 1;
+		l.have = false;
+		bool root_s1 = s1 != ST_DEAD && like_root(m, w->base, cands[best].items, cands[best].n);
+		if (s1 != ST_DEAD && (root_s1 || chars_ok(&l)) && push(m, gm_shapes[0].lo[0])) {
+			bool s2_s1 = root_s1 || (l.n_want == cands[best].n &&
+						 !memcmp(l.want, cands[best].items, l.n_want * sizeof *l.want));
+			if (s2_s1 || chars_ok(&l))
+				s2 = intern(m, w->c, w->base + 2, w->base, w->path);
+			pop(m);
+		}
+		pop(m);
+	}
+	for (int c = 0; c < nc; c++)
+		free(cands[c].items);
+	free(l.want);
+	free(l.tmp);
+	struct st *r = &w->c->st[w->path[0]];
+	r->rloop = s1 != ST_DEAD && s2 != ST_DEAD ? LOOP_YES : LOOP_NO;
+	r->s1 = s1;
+	r->s2 = s2;
+	memcpy(r->exc, exc, sizeof exc);
+}
+
+/* Walk the root's subtrees of the exceptions' lead bytes afresh. */
+static void root_exceptions(struct walk *w, const uint64_t *exc)
+{
+	const struct gm_vocab *v = w->v;
+	const struct gm_node *root = &v->nodes[0];
+	for (int i = 0; i < root->n_child && !w->m->oom; i++) {
+		const struct gm_node *c = &v->nodes[root->child + i];
+		if (!(exc[c->byte >> 6] >> (c->byte & 63) & 1))
+			continue;
+		for (uint32_t t = c->tok; t < v->sub_end[root->child + i]; t++) {
+			int32_t id = v->toks[t];
+			w->mask[id >> 5] &= ~(1u << (id & 31));
+		}
+		step(w, c, 0);
+	}
+}
+
+void gm_matcher_slow(struct gm_matcher *m, bool slow)
+{
+	m->slow = slow;
+}
+
+/* The mask of a root that loops: the plain tokens, the head walked from
+ * the root, the tails from S1 and S2, then the exceptions afresh. */
+static void loop_mask(struct walk *w, size_t words)
+{
+	struct gm_matcher *m = w->m;
+	const struct gm_vocab *v = w->v;
+	memcpy(w->mask, v->plain, words * sizeof *w->mask);
+	const struct gm_trie *tries[3] = { &v->head, &v->tail1, &v->tail2 };
+	for (size_t d = 0; d < 3 && !m->oom; d++) {
+		/* the walks write the path */
+		w->path[1] = w->c->st[w->path[0]].s1;
+		w->path[2] = w->c->st[w->path[0]].s2;
+		w->nodes = tries[d]->nodes;
+		w->toks = tries[d]->toks;
+		walk(w, &w->nodes[0], d);
+		while (m->n_sets - 1 > w->base)
 			pop(m);
 	}
+	w->nodes = v->nodes;
+	w->toks = v->toks;
+	w->below = v->plain_below != NULL;
+	uint64_t exc[4];
+	memcpy(exc, w->c->st[w->path[0]].exc, sizeof exc); /* st may move */
+	if ((exc[0] | exc[1] | exc[2] | exc[3]) && !m->oom)
+		root_exceptions(w, exc);
+}
+
+/* ---- masks by content -------------------------------------------------
+ *
+ * A real set's code: its items that are not complete, each origin given by
+ * that set's code (its own: C_SELF), sorted. Sets with equal codes parse
+ * alike wherever they are, so a root's mask is kept by its code and the
+ * same context later in the output (the same key in the next element of
+ * an array) takes it without a walk. */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t el)
+{
+	if (need <= *cap)
+		return true;
+	size_t n = *cap ? *cap * 2 : 256;
+	while (n < need)
+		n *= 2;
+	void *q = realloc(*p, n * el);
+	if (!q)
+		return false;
+	*p = q;
+	*cap = n;
+	return true;
+}
+
+static uint32_t codes_intern(struct codes *t, const uint64_t *it, uint32_t n)
+{
+	uint64_t h = n;
+	for (uint32_t i = 0; i < n; i++)
+		h = mix(h, it[i]);
+	if ((t->n + 1) * 2 > t->icap) {
+		uint32_t cap = t->icap ? t->icap * 2 : 1024;
+		uint32_t *ix = calloc(cap, sizeof *ix);
+		if (!ix)
+			return SC_NONE;
+		for (uint32_t c = 0; c < t->n; c++) {
+			uint32_t i = (uint32_t)(t->hash[c] >> 32) & (cap - 1);
+			while (ix[i])
+				i = (i + 1) & (cap - 1);
+			ix[i] = c + 1;
+		}
+		free(t->index);
+		t->index = ix;
+		t->icap = cap;
+	}
+	uint32_t i = (uint32_t)(h >> 32) & (t->icap - 1);
+	for (; t->index[i]; i = (i + 1) & (t->icap - 1)) {
+		uint32_t c = t->index[i] - 1;
+		if (t->hash[c] == h && t->len[c] == n && !memcmp(t->items + t->off[c], it, n * sizeof *it))
+			return c;
+	}
+	size_t cap = t->cap, cap2 = t->cap, cap3 = t->cap, capi = t->cap_items;
+	if (!grow((void **)&t->hash, &cap, t->n + 1, sizeof *t->hash) ||
+	    !grow((void **)&t->off, &cap2, t->n + 1, sizeof *t->off) ||
+	    !grow((void **)&t->len, &cap3, t->n + 1, sizeof *t->len) ||
+	    !grow((void **)&t->items, &capi, t->n_items + n, sizeof *t->items))
+		return SC_NONE;
+	t->cap = (uint32_t)cap;
+	t->cap_items = capi;
+	t->hash[t->n] = h;
+	t->off[t->n] = (uint32_t)t->n_items;
+	t->len[t->n] = n;
+	memcpy(t->items + t->n_items, it, n * sizeof *it);
+	t->n_items += n;
+	t->index[i] = t->n + 1;
+	return t->n++;
+}
+
+/* The code of real set k (its origins' first). */
+static uint32_t set_code(struct gm_matcher *m, size_t k)
+{
+	if (m->scode[k] != SC_NONE)
+		return m->scode[k];
+	const struct gm_grammar *g = m->g;
+	size_t from = m->sets[k], to = k + 1 < m->n_sets ? m->sets[k + 1] : m->n_it;
+	for (size_t j = from; j < to; j++) {
+		uint32_t o = m->it[j].origin;
+		if (g->rhs[m->it[j].pos] != GM_END && o != k && set_code(m, o) == SC_NONE)
+			return SC_NONE;
+	}
+	struct codes *t = &m->codes;
+	if (!grow((void **)&t->tmp, &t->cap_tmp, to - from + 1, sizeof *t->tmp))
+		return SC_NONE;
+	uint32_t n = 0;
+	for (size_t j = from; j < to; j++) {
+		uint32_t pos = m->it[j].pos, o = m->it[j].origin;
+		if (g->rhs[pos] != GM_END)
+			t->tmp[n++] = (uint64_t)pos << 32 | (o == k ? C_SELF : m->scode[o]);
+	}
+	qsort(t->tmp, n, sizeof *t->tmp, cmp_u64);
+	return m->scode[k] = codes_intern(t, t->tmp, n);
+}
+
+static int mask_cached(const struct gm_matcher *m, uint32_t key)
+{
+	for (int i = 0; key != SC_NONE && i < m->n_masks; i++)
+		if (m->mkey[i] == key)
+			return i;
+	return -1;
+}
+
+static void mask_keep(struct gm_matcher *m, uint32_t key, const uint32_t *mask, size_t words)
+{
+	if (key == SC_NONE || (!m->masks && !(m->masks = malloc(MASKS * words * sizeof *m->masks))))
+		return;
+	int i = m->next_mask;
+	m->next_mask = (i + 1) % MASKS;
+	if (m->n_masks < MASKS)
+		m->n_masks++;
+	m->mkey[i] = key;
+	memcpy(m->masks + i * words, mask, words * sizeof *mask);
 }
 
 int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 {
 	const struct gm_vocab *v = m->v;
-	memset(mask, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *mask);
-	if (m->done)
+	struct stc *c = &m->cache;
+	size_t words = ((size_t)v->n_vocab + 31) / 32;
+	if (m->done) {
+		memset(mask, 0, words * sizeof *mask);
 		return 0;
-	if (m->cache.n_items > ST_MAX_ITEMS)
-		stc_clear(&m->cache);
+	}
+	if (c->n_items > ST_MAX_ITEMS)
+		stc_clear(c);
 	struct walk *w = malloc(sizeof *w);
 	if (!w)
 		return -1;
-	*w = (struct walk){ .m = m, .v = v, .c = &m->cache, .mask = mask, .base = m->n_sets - 1 };
-	w->path[0] = intern(m, &m->cache, w->base, w->base, w->path);
-	if (!m->oom)
-		walk(w, &v->nodes[0], 0);
-	while (m->n_sets - 1 > w->base)
-		pop(m);
-	if (w->base > m->cache_hi)
-		m->cache_hi = w->base;
-	int count = w->count;
+	*w = (struct walk){ .m = m, .v = v, .c = c, .mask = mask, .base = m->n_sets - 1,
+			    .nodes = v->nodes, .toks = v->toks };
+	uint32_t key = m->slow ? SC_NONE : set_code(m, w->base);
+	int hit = mask_cached(m, key);
+	if (hit >= 0) {
+		memcpy(mask, m->masks + hit * words, words * sizeof *mask);
+	} else if ((w->path[0] = intern(m, c, w->base, w->base, w->path)) != ST_DEAD && !m->oom) {
+		bool fast = !m->slow && v->plain;
+		if (fast && c->st[w->path[0]].rloop == LOOP_UNKNOWN)
+			root_check(w);
+		if (fast && !m->oom && c->st[w->path[0]].rloop == LOOP_YES) {
+			loop_mask(w, words);
+		} else {
+			memset(mask, 0, words * sizeof *mask);
+			w->below = fast && v->plain_below;
+			walk(w, &v->nodes[0], 0);
+		}
+		while (m->n_sets - 1 > w->base)
+			pop(m);
+		if (w->base > m->cache_hi)
+			m->cache_hi = w->base;
+		if (!m->oom)
+			mask_keep(m, key, mask, words);
+	}
 	free(w);
 	if (m->oom) {
 		m->oom = false;
 		return -1;
 	}
+	int count = 0;
+	for (size_t i = 0; i < words; i++)
+		count += __builtin_popcount(mask[i]);
 	if (gm_matcher_is_complete(m))
 		for (int i = 0; i < v->n_eog; i++) {
 			int32_t id = v->eog_ids[i];
+			count += !(mask[id >> 5] >> (id & 31) & 1);
 			mask[id >> 5] |= 1u << (id & 31);
-			count++;
 		}
 	return count;
 }

@@ -2,7 +2,8 @@
 /* libFuzzer target: the three compilers (the first byte picks JSON Schema,
  * regex or GBNF; the rest is the source) and, on what compiles, the mask
  * walk and the matcher: tokens drawn from the mask by the input's bytes
- * must be accepted, and a token outside the mask must be refused. */
+ * must be accepted, and a token outside the mask must be refused; the mask
+ * with its shortcuts must equal the plain trie walk's. */
 #include "daemon/grammar/grammar.h"
 
 #include <stdint.h>
@@ -12,7 +13,8 @@
 static struct gm_vocab *vocab;
 static const char *pieces[] = { "{", "}", "[", "]", "\"", ":", ",", "a", "b", "ab", "\"a", "1", "0", "-",
 				"12", ".", "e", "true", "false", "null", " ", "\\", "\\n", "\xc3\xa9", "\xc3",
-				"\xa9", "yes", "no", "\n", "x", "\":", "\",\"", "" };
+				"\xa9", "yes", "no", "\n", "x", "\":", "\",\"", "ab\"", "ab\":", "a\xc3", "\xa9\"",
+				" \"", "xab\"", "\\\"", "" };
 #define NV (int)(sizeof pieces / sizeof *pieces)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -46,6 +48,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int k = gm_matcher_mask(m, mask);
 		if (k < 0)
 			abort();
+		uint32_t slow[(NV + 31) / 32];
+		gm_matcher_slow(m, true);
+		int ks = gm_matcher_mask(m, slow);
+		gm_matcher_slow(m, false);
+		if (ks != k || memcmp(mask, slow, sizeof mask))
+			abort(); /* the shortcuts and the plain walk disagree */
 		int pick = data[1 + i] % NV, allowed = mask[pick >> 5] >> (pick & 31) & 1;
 		size_t at = gm_matcher_pos(m);
 		int r = gm_matcher_accept_token(m, pick);

@@ -3,10 +3,12 @@
  * complete, rollback), and constrained requests in the engine on a real
  * model (stories260K): several at once, each output in its own language,
  * greedy and sampled; a constraint that does not compile is refused. The
- * masker's parallel masks equal the ones computed one by one. */
+ * masker's parallel masks equal the ones computed one by one. On a real
+ * 128k vocabulary, the mask's shortcuts give the plain walk's masks. */
 #include "daemon/engine/engine.h"
 #include "daemon/engine/masker.h"
 #include "daemon/grammar/grammar.h"
+#include "daemon/model/gguf.h"
 #include "daemon/model/tokenizer.h"
 #include "tests/unit/testdata.h"
 
@@ -272,6 +274,111 @@ START_TEST(test_masker_parallel)
 }
 END_TEST
 
+/* Masks with the shortcuts (string loops, the vocabulary's split, whole
+ * subtrees, the mask cache) equal the plain trie walk's, token by token. */
+START_TEST(test_fast_masks_equal_plain_walk)
+{
+	char path[512], err[256];
+	if (testdata_path(path, sizeof path, "vocab/ggml-vocab-llama-bpe.gguf"))
+		return;
+	struct gguf_file *gf;
+	struct tokenizer *t;
+	ck_assert_msg(gguf_open(path, &gf, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(tok_load(gf, &t, err, sizeof err) == 0, "%s", err);
+	gguf_close(gf);
+	struct gm_vocab *v = gm_vocab_from_tokenizer(t);
+	ck_assert_ptr_nonnull(v);
+	static const char *cases[][2] = {
+		{ "{\"type\":\"string\"}", "\"caf\xc3\xa9 \\\"quoted\\\" \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\\n tab\\t end\"" },
+		{ "{\"type\":\"object\",\"properties\":{\"result\":{\"type\":\"string\"},\"res\":{\"type\":\"integer\"}}}",
+		  "{\"result\":\"ok\",\"res\":12,\"other\":[1,\"x y\",{\"k\":null}],\"r\":true}" },
+		{ "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+		  "\"tag\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"name\"],\"additionalProperties\":false}}",
+		  "[{\"name\":\"Ann Lee\",\"tag\":\"a\"},{\"name\":\"Bob\"},{\"name\":\"Bob\"},{\"name\":\"\xc3\xa9\"}]" },
+		{ "{\"type\":\"string\",\"maxLength\":12}", "\"twelve chars\"" },
+		{ "{\"type\":\"string\",\"pattern\":\"^[a-z]+-[0-9]+$\"}", "\"abc-123\"" },
+		{ "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date-time\"},"
+		  "\"n\":{\"type\":\"number\"}}}", "{\"d\":\"2024-01-02T03:04:05Z\",\"n\":-1.5e3}" },
+	};
+	size_t words = ((size_t)gm_vocab_size(v) + 31) / 32;
+	uint32_t *fast = malloc(words * sizeof *fast), *slow = malloc(words * sizeof *slow);
+	int32_t ids[512];
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct gm_grammar *g;
+		ck_assert_msg(gm_compile(GM_JSON_SCHEMA, cases[i][0], strlen(cases[i][0]), &g, err, sizeof err) == 0,
+			      "%s: %s", cases[i][0], err);
+		struct gm_matcher *m = gm_matcher_new(g, v);
+		int n = tok_encode(t, cases[i][1], strlen(cases[i][1]), false, false, ids, 512);
+		ck_assert_int_gt(n, 0);
+		for (int k = 0; k <= n; k++) {
+			int nf = gm_matcher_mask(m, fast);
+			gm_matcher_slow(m, true);
+			int ns = gm_matcher_mask(m, slow);
+			gm_matcher_slow(m, false);
+			ck_assert_msg(nf == ns && !memcmp(fast, slow, words * sizeof *fast),
+				      "case %zu token %d: %d tokens allowed, the plain walk %d", i, k, nf, ns);
+			if (k < n)
+				ck_assert_msg(gm_matcher_accept_token(m, ids[k]) == 0, "case %zu token %d refused", i, k);
+		}
+		ck_assert(gm_matcher_is_complete(m));
+		gm_matcher_free(m);
+		gm_grammar_unref(g);
+	}
+	free(fast);
+	free(slow);
+	gm_vocab_free(v);
+	tok_free(t);
+}
+END_TEST
+
+/* The same over a small vocabulary whose tokens cross what the shortcuts
+ * assume: a declared key's name followed by its closing quote, runs of
+ * characters with tails, characters cut in the middle. */
+START_TEST(test_fast_masks_small_vocab)
+{
+	static const char *pc[] = { "{", "}", "\"", ":", ",", "a", "b", "ab", "ab\"", "ab\":", "abc\"", "x",
+				    "xa", "xab\"", "1", "\xc3", "\xa9\"", "\xc3\xa9", "a\xc3", " \"", "\\", "\\\"",
+				    "\",\"", "\"a", "" };
+	enum { N = sizeof pc / sizeof *pc };
+	int lens[N];
+	bool eog[N];
+	for (int i = 0; i < N; i++) {
+		lens[i] = (int)strlen(pc[i]);
+		eog[i] = i == N - 1;
+	}
+	struct gm_vocab *v = gm_vocab_new(N, pc, lens, eog);
+	ck_assert_ptr_nonnull(v);
+	static const char *cases[][2] = {
+		{ "{\"type\":\"object\",\"properties\":{\"ab\":{\"type\":\"integer\"}}}", "{\"ab\":1,\"xab\":1,\"a\xc3\xa9\":\"ab\"}" },
+		{ "{\"type\":\"string\"}", "\"ab\\\"x\xc3\xa9 ab\"" },
+	};
+	char err[256];
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct gm_grammar *g;
+		ck_assert_msg(gm_compile(GM_JSON_SCHEMA, cases[i][0], strlen(cases[i][0]), &g, err, sizeof err) == 0,
+			      "%s", err);
+		struct gm_matcher *m = gm_matcher_new(g, v);
+		const char *text = cases[i][1];
+		for (size_t at = 0;; at++) {
+			uint32_t fast[1], slow[1];
+			int nf = gm_matcher_mask(m, fast);
+			gm_matcher_slow(m, true);
+			int ns = gm_matcher_mask(m, slow);
+			gm_matcher_slow(m, false);
+			ck_assert_msg(nf == ns && fast[0] == slow[0], "case %zu byte %zu: %08x, the plain walk %08x", i, at,
+				      fast[0], slow[0]);
+			if (!text[at])
+				break;
+			ck_assert_int_eq(gm_matcher_accept_bytes(m, text + at, 1), 0);
+		}
+		ck_assert(gm_matcher_is_complete(m));
+		gm_matcher_free(m);
+		gm_grammar_unref(g);
+	}
+	gm_vocab_free(v);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("grammar");
@@ -280,6 +387,8 @@ int main(void)
 	tcase_add_test(tc, test_languages);
 	tcase_add_test(tc, test_mask_matches_matcher_and_rollback);
 	tcase_add_test(tc, test_refusals_name_what);
+	tcase_add_test(tc, test_fast_masks_equal_plain_walk);
+	tcase_add_test(tc, test_fast_masks_small_vocab);
 	tcase_add_test(tc, test_engine_constrained_batch);
 	tcase_add_test(tc, test_masker_parallel);
 	suite_add_tcase(s, tc);

@@ -21,7 +21,7 @@
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
@@ -63,11 +63,34 @@ static void lat_print(const char *what, struct lat *l)
 struct ctx {
 	const struct tokenizer *t;
 	struct gm_vocab *v;
-	uint32_t *mask;
+	uint32_t *mask, *slow; /* slow: the plain walk's mask (--check-fast) */
 	bool spm;
 	struct lat mask_ns;
 	bool bench, verbose;
+	bool timed; /* --bench times this walk's masks (valid instances only) */
+	long mismatches;
 };
+
+/* The mask now, timed for --bench; with --check-fast also the plain
+ * walk's, which must be the same. */
+static void mask(struct ctx *c, struct gm_matcher *m)
+{
+	uint64_t t0 = now_ns();
+	int n = gm_matcher_mask(m, c->mask);
+	if (c->timed)
+		lat_add(&c->mask_ns, now_ns() - t0);
+	if (!c->slow)
+		return;
+	gm_matcher_slow(m, true);
+	int ns = gm_matcher_mask(m, c->slow);
+	gm_matcher_slow(m, false);
+	size_t words = ((size_t)tok_n_vocab(c->t) + 31) / 32;
+	if (n != ns || memcmp(c->mask, c->slow, words * sizeof *c->mask)) {
+		c->mismatches++;
+		if (c->verbose)
+			printf("mask mismatch at byte %zu: %d tokens, the plain walk %d\n", gm_matcher_pos(m), n, ns);
+	}
+}
 
 /* Walk text: 0 accepted and complete; 2 refused (where in *at, -1: at the
  * end, EOS not allowed). masks: check each token against the mask. */
@@ -95,11 +118,8 @@ static int walk(struct ctx *c, const struct gm_grammar *g, const char *text, siz
 		int pl = tok_piece(c->t, ids[i], false, piece, sizeof piece);
 		/* SPM adds a space in front of the text: the stream drops it */
 		bool strip = i == 0 && c->spm && pl > 0 && piece[0] == ' ' && (len == 0 || text[0] != ' ');
-		if (i < masks || c->bench) {
-			uint64_t t0 = now_ns();
-			gm_matcher_mask(m, c->mask);
-			if (c->bench)
-				lat_add(&c->mask_ns, now_ns() - t0);
+		if (i < masks || c->timed) {
+			mask(c, m);
 			if (i < masks && !strip && !(c->mask[ids[i] >> 5] >> (ids[i] & 31) & 1)) {
 				*at = i;
 				rc = 2;
@@ -114,12 +134,8 @@ static int walk(struct ctx *c, const struct gm_grammar *g, const char *text, siz
 		}
 	}
 	if (!rc) {
-		if (n < masks || c->bench) {
-			uint64_t t0 = now_ns();
-			gm_matcher_mask(m, c->mask);
-			if (c->bench)
-				lat_add(&c->mask_ns, now_ns() - t0);
-		}
+		if (n < masks || c->timed)
+			mask(c, m);
 		if (!gm_matcher_is_complete(m)) {
 			*at = -1;
 			rc = 2;
@@ -182,6 +198,7 @@ static int sweep(struct ctx *c, const char *path, bool all_masks)
 		int at = 0, n = 0;
 		int32_t *ids = NULL;
 		int masks = all_masks ? INT32_MAX : kind == 'V' && first_valid ? 4 : 0;
+		c->timed = c->bench && kind == 'V';
 		int rc = walk(c, g, canon, cl, masks, &at, &ids, &n);
 		if (kind == 'V') {
 			first_valid = false;
@@ -209,12 +226,14 @@ static int sweep(struct ctx *c, const char *path, bool all_masks)
 	       ni ? 100.0 * ni_refused / ni : 0.0, ni - ni_refused);
 	if (skipped)
 		printf("instances not representable (skipped): %ld\n", skipped);
+	if (c->slow)
+		printf("masks unlike the plain walk's: %ld\n", c->mismatches);
 	if (c->bench) {
 		lat_print("compile", &compile_ns);
 		lat_print("mask", &c->mask_ns);
 	}
 	free(compile_ns.v);
-	return nv_ok == nv ? 0 : 2;
+	return nv_ok == nv && !c->mismatches ? 0 : 2;
 }
 
 static int usage(FILE *f)
@@ -227,7 +246,8 @@ static int usage(FILE *f)
 		   "  --sweep FILE  lines 'S\\t<schema>', 'V\\t<valid>', 'I\\t<invalid>': coverage\n"
 		   "  --all-masks   in a sweep, check every token against the mask (default: the\n"
 		   "                first 4 tokens of each schema's first valid instance; the\n"
-		   "                rest is walked, which takes the same parser steps)\n");
+		   "                rest is walked, which takes the same parser steps)\n"
+		   "  --check-fast  compare every mask with the plain trie walk's (exit 2 if unlike)\n");
 	return f == stdout ? 0 : 2;
 }
 
@@ -235,7 +255,7 @@ int cmd_constrain(int argc, char **argv)
 {
 	const char *model = NULL, *file = NULL, *re = NULL, *sweep_file = NULL;
 	enum gm_kind kind = GM_NONE;
-	bool bench = false, all_masks = false, verbose = false;
+	bool bench = false, all_masks = false, verbose = false, check_fast = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -258,6 +278,8 @@ int cmd_constrain(int argc, char **argv)
 			verbose = true;
 		} else if (!strcmp(a, "--all-masks")) {
 			all_masks = true;
+		} else if (!strcmp(a, "--check-fast")) {
+			check_fast = true;
 		} else {
 			usage(stderr);
 			return !strcmp(a, "--help") ? 0 : 1;
@@ -279,7 +301,9 @@ int cmd_constrain(int argc, char **argv)
 	uint64_t t0 = now_ns();
 	c.v = gm_vocab_from_tokenizer(t);
 	c.mask = malloc(((size_t)tok_n_vocab(t) + 31) / 32 * sizeof *c.mask);
-	if (!c.v || !c.mask) {
+	if (check_fast)
+		c.slow = malloc(((size_t)tok_n_vocab(t) + 31) / 32 * sizeof *c.slow);
+	if (!c.v || !c.mask || (check_fast && !c.slow)) {
 		fprintf(stderr, "pagoda constrain: out of memory\n");
 		return 1;
 	}
@@ -312,13 +336,19 @@ int cmd_constrain(int argc, char **argv)
 		char *text = read_all(stdin, &len);
 		int at = 0, n = 0;
 		int32_t *ids = NULL;
+		c.timed = bench;
 		rc = text ? walk(&c, g, text, len, INT32_MAX, &at, &ids, &n) : 1;
+		if (rc == 0 && c.mismatches) {
+			fprintf(stderr, "pagoda constrain: %ld masks unlike the plain walk's\n", c.mismatches);
+			rc = 2;
+			at = -3;
+		}
 		if (rc == 2 && at >= 0) {
 			char piece[256];
 			int pl = tok_piece(t, ids[at], false, piece, sizeof piece - 1);
 			fprintf(stderr, "pagoda constrain: token %d of %d (id %d, '%.*s') is not allowed\n", at, n,
 				ids[at], pl < 0 ? 0 : pl > 255 ? 255 : pl, piece);
-		} else if (rc == 2) {
+		} else if (rc == 2 && at == -1) {
 			fprintf(stderr, "pagoda constrain: the text is incomplete (end of generation not allowed after %d tokens)\n", n);
 		} else if (rc == 1) {
 			fprintf(stderr, "pagoda constrain: cannot tokenize the input\n");
@@ -332,6 +362,7 @@ int cmd_constrain(int argc, char **argv)
 	}
 	free(c.mask_ns.v);
 	free(c.mask);
+	free(c.slow);
 	gm_vocab_free(c.v);
 	tok_free(t);
 	return rc;
