@@ -8,29 +8,16 @@
  * allOf is merged into one schema; anyOf/oneOf become alternatives, each
  * merged with its siblings (oneOf is read as anyOf: a grammar cannot count
  * matches); $ref is a nonterminal, so recursion is free. */
-#include "daemon/grammar/gm_int.h"
+#include "daemon/grammar/schema_int.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SC_MAX_DEPTH 200
-
-struct sc {
-	struct gm_b *b;
-	struct jv_arena *a;
-	struct jv *root;
-	struct { const struct jv *node; int32_t nt; } *memo;
-	int n_memo, cap_memo;
-	int32_t any, string, number, integer, jchar;
-	int depth;
-};
-
 static int32_t sym(struct sc *c, const struct jv *s);
-static const struct jv *merge_list(struct sc *c, const struct jv *const *parts, int n);
 
-static bool serr(struct sc *c, const char *fmt, const char *arg)
+bool sc_err(struct sc *c, const char *fmt, const char *arg)
 {
 	char m[200];
 	snprintf(m, sizeof m, fmt, arg);
@@ -38,14 +25,14 @@ static bool serr(struct sc *c, const char *fmt, const char *arg)
 	return false;
 }
 
-static bool is_true(const struct jv *v)
+bool sc_true(const struct jv *v)
 {
 	return v && v->t == JV_BOOL && v->b;
 }
 
 /* ---- building jv values in the arena ---------------------------------- */
 
-static struct jv *jnew(struct sc *c, enum jv_type t)
+struct jv *sc_new(struct sc *c, enum jv_type t)
 {
 	struct jv *v = jv_alloc(c->a, sizeof *v);
 	if (!v)
@@ -55,7 +42,7 @@ static struct jv *jnew(struct sc *c, enum jv_type t)
 	return v;
 }
 
-static void jput(struct sc *c, struct jv *o, const char *k, size_t kl, struct jv *x)
+void sc_put(struct sc *c, struct jv *o, const char *k, size_t kl, struct jv *x)
 {
 	for (int i = 0; o->t == JV_OBJ && i < o->n; i++)
 		if (o->klen[i] == kl && !memcmp(o->keys[i], k, kl)) {
@@ -85,27 +72,27 @@ static void jput(struct sc *c, struct jv *o, const char *k, size_t kl, struct jv
 	o->n++;
 }
 
-static struct jv *pair(struct sc *c, const struct jv *x, const struct jv *y)
+struct jv *sc_pair(struct sc *c, const struct jv *x, const struct jv *y)
 {
-	struct jv *arr = jnew(c, JV_ARR), *o = jnew(c, JV_OBJ);
+	struct jv *arr = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
 	if (!arr || !o)
 		return NULL;
-	jput(c, arr, NULL, 0, (struct jv *)x);
-	jput(c, arr, NULL, 0, (struct jv *)y);
-	jput(c, o, "allOf", 5, arr);
+	sc_put(c, arr, NULL, 0, (struct jv *)x);
+	sc_put(c, arr, NULL, 0, (struct jv *)y);
+	sc_put(c, o, "allOf", 5, arr);
 	return o;
 }
 
 /* ---- $ref ---------------------------------------------------------------- */
 
-static const struct jv *pointer(struct sc *c, const char *ref)
+const struct jv *sc_pointer(struct sc *c, const char *ref)
 {
 	if (ref[0] != '#')
-		return serr(c, "$ref to '%s' (only local references are supported)", ref), NULL;
+		return sc_err(c, "$ref to '%s' (only local references are supported)", ref), NULL;
 	const struct jv *v = c->root;
 	const char *p = ref + 1;
 	if (*p && *p != '/')
-		return serr(c, "$ref to the anchor '%s' is not supported", ref), NULL;
+		return sc_err(c, "$ref to the anchor '%s' is not supported", ref), NULL;
 	while (*p == '/') {
 		p++;
 		char tok[512];
@@ -130,7 +117,7 @@ static const struct jv *pointer(struct sc *c, const char *ref)
 			v = NULL;
 		}
 		if (!v)
-			return serr(c, "$ref '%s' points nowhere", ref), NULL;
+			return sc_err(c, "$ref '%s' points nowhere", ref), NULL;
 	}
 	return v;
 }
@@ -142,15 +129,15 @@ static const struct jv *deref(struct sc *c, const struct jv *s)
 		if (!r || r->t != JV_STR)
 			return s;
 		if (hops > 64)
-			return serr(c, "$ref chain too long at '%s'", r->s), NULL;
-		s = pointer(c, r->s);
+			return sc_err(c, "$ref chain too long at '%s'", r->s), NULL;
+		s = sc_pointer(c, r->s);
 	}
 	return s;
 }
 
 /* ---- keyword classes --------------------------------------------------- */
 
-static bool in(const char *k, const char *const *list)
+bool sc_in(const char *k, const char *const *list)
 {
 	for (; *list; list++)
 		if (!strcmp(k, *list))
@@ -159,12 +146,11 @@ static bool in(const char *k, const char *const *list)
 }
 
 static const char *const refused[] = {
-	"not", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "if", "then",
-	"else", "contains", "minContains", "maxContains", "unevaluatedProperties",
+	"propertyNames", "contains", "minContains", "maxContains", "unevaluatedProperties",
 	"unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL
 };
 
-static const char *const validation[] = {
+const char *const sc_validation[] = {
 	"type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
 	"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength",
 	"maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
@@ -174,7 +160,7 @@ static const char *const validation[] = {
 	"$dynamicRef", "$recursiveRef", NULL
 };
 
-static const char *const annotations[] = {
+const char *const sc_annotations[] = {
 	"$schema", "$id", "id", "title", "description", "default", "examples", "$comment",
 	"readOnly", "writeOnly", "deprecated", "definitions", "$defs", "contentMediaType",
 	"contentEncoding", "$anchor", "$vocabulary", "format", NULL
@@ -364,7 +350,7 @@ static bool num_kw(struct sc *c, const struct jv *s, const char *k, double *out)
 	if (!v || v->t == JV_BOOL)
 		return false;
 	if (v->t != JV_NUM)
-		return serr(c, "'%s' is not a number", k);
+		return sc_err(c, "'%s' is not a number", k);
 	*out = v->num;
 	return true;
 }
@@ -373,15 +359,15 @@ static bool num_kw(struct sc *c, const struct jv *s, const char *k, double *out)
 static bool bounds(struct sc *c, const struct jv *s, double *lo, bool *xlo, double *hi, bool *xhi)
 {
 	*lo = -INFINITY, *hi = INFINITY, *xlo = *xhi = false;
-	double v;
+	double v = 0;
 	bool any = false;
 	if (num_kw(c, s, "minimum", &v))
 		*lo = v, any = true;
 	if (num_kw(c, s, "maximum", &v))
 		*hi = v, any = true;
-	if (is_true(jv_get(s, "exclusiveMinimum")))
+	if (sc_true(jv_get(s, "exclusiveMinimum")))
 		*xlo = true;
-	if (is_true(jv_get(s, "exclusiveMaximum")))
+	if (sc_true(jv_get(s, "exclusiveMaximum")))
 		*xhi = true;
 	if (num_kw(c, s, "exclusiveMinimum", &v) && v >= *lo)
 		*lo = v, *xlo = true, any = true;
@@ -394,66 +380,300 @@ static bool bounds(struct sc *c, const struct jv *s, double *lo, bool *xlo, doub
 	return any;
 }
 
+/* multipleOf as p * 10^-k: false when it is not a positive decimal */
+static bool mult_of(const struct jv *m, long long *p, int *k)
+{
+	if (m->t != JV_NUM || !(m->num > 0))
+		return false;
+	for (*k = 0; *k <= 12; (*k)++) {
+		double x = m->num * pow(10, *k), r = round(x);
+		if (fabs(x - r) <= 1e-9 * r && r < 1e9) {
+			*p = (long long)r;
+			return true;
+		}
+	}
+	return false;
+}
+
+static long long gcd(long long a, long long b)
+{
+	while (b) {
+		long long t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* Numbers (k < 0: integers) whose value * 10^k is a multiple of q: the
+ * digits run a remainder automaton; fraction digits past the k-th must be
+ * zeros. No exponent. */
+static int32_t multiples(struct sc *c, long long q, int k)
+{
+	int kk = k < 0 ? 0 : k;
+	int32_t *R = malloc(q * sizeof *R), *G = malloc(((size_t)kk + 1) * q * sizeof *G);
+	if (!R || !G) {
+		free(R), free(G);
+		return gmb_fail(c->b, "out of memory"), 0;
+	}
+	/* R[r]: integer digits so far leave r; G[j][r]: j fraction digits read
+	 * leave r, and at least one more digit follows */
+	for (long long r = 0; r < q; r++)
+		R[r] = gmb_nt(c->b);
+	for (size_t i = 0; i < (size_t)kk * q; i++)
+		G[i] = gmb_nt(c->b);
+	long long *p10 = malloc(((size_t)kk + 1) * sizeof *p10); /* 10^(kk - j) mod q */
+	if (!p10) {
+		free(R), free(G);
+		return gmb_fail(c->b, "out of memory"), 0;
+	}
+	p10[kk] = 1 % q;
+	for (int j = kk - 1; j >= 0; j--)
+		p10[j] = p10[j + 1] * 10 % q;
+	int32_t zeros = gmb_rep(c->b, L(c, "0"), 0, -1);
+	for (int j = 0; j < kk && !c->b->failed; j++)
+		for (long long r = 0; r < q; r++)
+			for (int d = 0; d <= 9; d++) {
+				long long r2 = (r * 10 + d) % q;
+				int32_t after;
+				if (j + 1 == kk)
+					after = r2 == 0 ? zeros : gmb_none(c->b);
+				else
+					after = r2 * p10[j + 1] % q == 0 ? alt2(c, gmb_eps(c->b), G[(j + 1) * q + r2]) :
+									  G[(j + 1) * q + r2];
+				int32_t x = seq2(c, gmb_byte(c->b, (uint8_t)('0' + d)), after);
+				gmb_prod(c->b, G[j * q + r], &x, 1);
+			}
+	int32_t *T = malloc(q * sizeof *T);
+	for (long long r = 0; T && r < q && !c->b->failed; r++) {
+		int32_t alts[2];
+		int n = 0;
+		if (r * p10[0] % q == 0)
+			alts[n++] = gmb_eps(c->b);
+		if (k == 0 && r == 0)
+			alts[n++] = seq3(c, L(c, "."), L(c, "0"), zeros);
+		else if (k > 0)
+			alts[n++] = seq2(c, L(c, "."), G[r]);
+		T[r] = n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
+		gmb_prod(c->b, R[r], &T[r], 1);
+		for (int d = 0; d <= 9; d++) {
+			int32_t x = seq2(c, gmb_byte(c->b, (uint8_t)('0' + d)), R[(r * 10 + d) % q]);
+			gmb_prod(c->b, R[r], &x, 1);
+		}
+	}
+	int32_t first[10] = { 0 };
+	if (T) {
+		first[0] = seq2(c, L(c, "0"), T[0]);
+		for (int d = 1; d <= 9; d++)
+			first[d] = seq2(c, gmb_byte(c->b, (uint8_t)('0' + d)), R[d % q]);
+	}
+	free(R), free(G), free(T), free(p10);
+	if (!T)
+		return gmb_fail(c->b, "out of memory"), 0;
+	return seq2(c, gmb_rep(c->b, L(c, "-"), 0, 1), gmb_alt(c->b, first, 10));
+}
+
+/* A bound as an exact decimal: |v| = ip.fr (fr without trailing zeros). */
+struct dec {
+	long long ip;
+	char fr[32];
+	bool neg;
+};
+
+static bool dec_of(const struct jv *v, struct dec *d)
+{
+	char dig[80];
+	int nd = 0, point = -1, i = 0;
+	long e = 0;
+	const char *t = v->s;
+	memset(d, 0, sizeof *d);
+	if (t[i] == '-')
+		d->neg = true, i++;
+	for (; t[i] && t[i] != 'e' && t[i] != 'E'; i++) {
+		if (t[i] == '.')
+			point = nd;
+		else if (nd < 70)
+			dig[nd++] = t[i];
+		else
+			return false;
+	}
+	if (t[i])
+		e = strtol(t + i + 1, NULL, 10);
+	if (point < 0)
+		point = nd;
+	point += (int)e;
+	if (point > 17 || point < -30)
+		return false;
+	/* digits dig[0..nd) with the decimal point before index point */
+	for (int k = 0; k < point; k++)
+		d->ip = d->ip * 10 + (k < nd ? dig[k] - '0' : 0);
+	int n = 0;
+	for (int k = point < 0 ? point : point; k < nd; k++) {
+		if (n >= 31)
+			return false;
+		d->fr[n++] = k < 0 ? '0' : dig[k];
+	}
+	while (n > 0 && d->fr[n - 1] == '0')
+		n--;
+	d->fr[n] = 0;
+	return true;
+}
+
+/* Digit strings S (fd >= 0: only zeros past fd digits) with lo <= 0.S <= hi,
+ * either end strict, NULL for none. The nonempty ones; *empty: "" is one. */
+static int32_t frac_range(struct sc *c, const char *lo, bool xlo, const char *hi, bool xhi, int fd, bool *empty)
+{
+	bool lo0 = lo && !lo[strspn(lo, "0")], hi0 = hi && !hi[strspn(hi, "0")];
+	if (lo0 && !xlo)
+		lo = NULL, lo0 = false;
+	*empty = !lo && !(hi0 && xhi);
+	int32_t d = digits(c, '0', '9');
+	int32_t tail = fd < 0 ? gmb_rep(c->b, d, 0, -1) : seq2(c, gmb_rep(c->b, d, 0, fd > 0 ? fd - 1 : 0),
+								gmb_rep(c->b, L(c, "0"), 0, -1));
+	int32_t zeros = gmb_rep(c->b, L(c, "0"), 1, -1);
+	if (hi0) /* only zeros, if anything */
+		return xhi || lo ? gmb_none(c->b) : zeros;
+	if (lo0) { /* something above zero: a nonzero digit within fd */
+		if (fd == 0)
+			return gmb_none(c->b);
+		if (!hi && fd < 0)
+			return seq3(c, gmb_rep(c->b, L(c, "0"), 0, -1), digits(c, '1', '9'), gmb_rep(c->b, d, 0, -1));
+	}
+	if (!lo && !hi)
+		return fd == 0 ? zeros : seq2(c, d, tail);
+	int32_t alts[10];
+	int n = 0;
+	for (int e = 0; e <= 9; e++) {
+		if (fd == 0 && e > 0)
+			break;
+		int l0 = lo ? (lo[0] ? lo[0] : '0') - '0' : -1, h0 = hi ? (hi[0] ? hi[0] : '0') - '0' : 10;
+		if (e < l0 || e > h0)
+			continue;
+		const char *nlo = e == l0 ? (lo[0] ? lo + 1 : lo) : NULL, *nhi = e == h0 ? (hi[0] ? hi + 1 : hi) : NULL;
+		int f = e;
+		while (f < 9 && f + 1 != l0 && f + 1 != h0 && e != l0 && e != h0 && !(fd == 0))
+			f++;
+		bool emp;
+		int32_t rest = frac_range(c, nlo, xlo, nhi, xhi, fd < 0 ? -1 : fd > 0 ? fd - 1 : 0, &emp);
+		int32_t after = emp ? alt2(c, gmb_eps(c->b), rest) : rest;
+		alts[n++] = seq2(c, digits(c, (char)('0' + e), (char)('0' + f)), after);
+		e = f;
+	}
+	return n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
+}
+
+/* ip followed by a fraction in range, "." and digits, or nothing */
+static int32_t with_frac(struct sc *c, int32_t ip, const char *lo, bool xlo, const char *hi, bool xhi, int fd)
+{
+	bool emp;
+	int32_t f = seq2(c, L(c, "."), frac_range(c, lo, xlo, hi, xhi, fd, &emp));
+	return seq2(c, ip, emp ? alt2(c, gmb_eps(c->b), f) : f);
+}
+
+/* Decimals (no sign, no exponent) y with a <= y <= b (b->ip < 0: no bound). */
+static int32_t magnitude(struct sc *c, const struct dec *a, bool xa, const struct dec *b, bool xb, int fd)
+{
+	int32_t alts[3];
+	int k = 0;
+	bool inf = b->ip < 0;
+	if (!inf && (a->ip > b->ip || (a->ip == b->ip && strcmp(a->fr, b->fr) > 0)))
+		return gmb_none(c->b);
+	if (!inf && a->ip == b->ip)
+		return with_frac(c, int_range(c, (double)a->ip, (double)a->ip), a->fr, xa, b->fr, xb, fd);
+	if (inf || a->ip + 1 <= b->ip - 1)
+		alts[k++] = with_frac(c, int_range(c, (double)a->ip + 1, inf ? INFINITY : (double)b->ip - 1), NULL, false,
+				      NULL, false, fd);
+	alts[k++] = with_frac(c, int_range(c, (double)a->ip, (double)a->ip), a->fr, xa, NULL, false, fd);
+	if (!inf)
+		alts[k++] = with_frac(c, int_range(c, (double)b->ip, (double)b->ip), NULL, false, b->fr, xb, fd);
+	return gmb_alt(c->b, alts, k);
+}
+
+/* The tighter of a bound and its exclusive form: the keyword's value. */
+static const struct jv *bound_of(const struct jv *s, bool lower, bool *x)
+{
+	const struct jv *in = jv_get(s, lower ? "minimum" : "maximum");
+	const struct jv *ex = jv_get(s, lower ? "exclusiveMinimum" : "exclusiveMaximum");
+	if (in && in->t != JV_NUM)
+		in = NULL;
+	*x = ex && ex->t == JV_BOOL && ex->b;
+	if (ex && ex->t == JV_NUM && (!in || (lower ? ex->num >= in->num : ex->num <= in->num))) {
+		*x = true;
+		return fabs(ex->num) > BIG ? NULL : ex;
+	}
+	return in && fabs(in->num) > BIG ? NULL : in;
+}
+
 static int32_t integer(struct sc *c, const struct jv *s)
 {
 	double lo, hi;
 	bool xlo, xhi;
 	const struct jv *m = jv_get(s, "multipleOf");
-	if (m && !(m->t == JV_NUM && m->num == 1))
-		return serr(c, "unsupported keyword '%s'", "multipleOf"), 0;
-	if (!bounds(c, s, &lo, &xlo, &hi, &xhi))
+	long long p = 1, q = 1;
+	int k = 0;
+	if (m && !mult_of(m, &p, &k))
+		return sc_err(c, "'%s' is not a positive number", "multipleOf"), 0;
+	if (m) {
+		long long ten = 1;
+		for (int i = 0; i < k; i++)
+			ten *= 10;
+		q = p / gcd(p, ten);
+	}
+	bool bounded = bounds(c, s, &lo, &xlo, &hi, &xhi);
+	if (q > 1) {
+		if (bounded)
+			return sc_err(c, "unsupported keyword '%s' together with bounds", "multipleOf"), 0;
+		if (q > 1000)
+			return sc_err(c, "'%s' above 1000", "multipleOf"), 0;
+		return multiples(c, q, -1);
+	}
+	if (!bounded)
 		return json_int(c);
 	lo = xlo ? floor(lo) + 1 : ceil(lo);
 	hi = xhi ? ceil(hi) - 1 : floor(hi);
 	return int_range(c, lo, hi);
 }
 
-/* Decimals (no sign, no exponent) between whole a and b (b may be
- * infinite), each end exclusive or not. */
-static int32_t magnitude(struct sc *c, double a, bool xa, double b, bool xb)
-{
-	int32_t d = gmb_rep(c->b, digits(c, '0', '9'), 1, -1);
-	int32_t frac = seq2(c, L(c, "."), d), anyfrac = gmb_rep(c->b, frac, 0, 1);
-	int32_t zeros = gmb_rep(c->b, seq2(c, L(c, "."), gmb_rep(c->b, L(c, "0"), 1, -1)), 0, 1);
-	int32_t alts[3];
-	int k = 0;
-	if (a == b)
-		return xa || xb ? gmb_none(c->b) : seq2(c, int_range(c, a, a), zeros);
-	if (a + 1 <= (isinf(b) ? INFINITY : b - 1))
-		alts[k++] = seq2(c, int_range(c, a + 1, isinf(b) ? INFINITY : b - 1), anyfrac);
-	/* at a: a fraction above zero when a is excluded */
-	int32_t nz = seq3(c, L(c, "."), gmb_rep(c->b, L(c, "0"), 0, -1),
-			  seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), 0, -1)));
-	alts[k++] = seq2(c, int_range(c, a, a), xa ? nz : anyfrac);
-	if (!isinf(b) && !xb)
-		alts[k++] = seq2(c, int_range(c, b, b), zeros);
-	return gmb_alt(c->b, alts, k);
-}
-
 static int32_t number(struct sc *c, const struct jv *s)
 {
-	double lo, hi;
-	bool xlo, xhi;
 	const struct jv *m = jv_get(s, "multipleOf");
-	if (m)
-		return serr(c, "unsupported keyword '%s' on a number", "multipleOf"), 0;
-	if (!bounds(c, s, &lo, &xlo, &hi, &xhi))
+	long long p = 1;
+	int k = -1;
+	if (m && !mult_of(m, &p, &k))
+		return sc_err(c, "'%s' is not a positive number", "multipleOf"), 0;
+	bool xlo, xhi;
+	const struct jv *lv = bound_of(s, true, &xlo), *hv = bound_of(s, false, &xhi);
+	if (m && p > 1) {
+		if (lv || hv)
+			return sc_err(c, "unsupported keyword '%s' together with bounds", "multipleOf"), 0;
+		if (p > 1000)
+			return sc_err(c, "'%s' above 1000", "multipleOf"), 0;
+		return multiples(c, p, k);
+	}
+	if (!lv && !hv && !m)
 		return json_number(c);
-	if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi)))
-		return serr(c, "unsupported keyword '%s' on a number (only whole bounds)",
-			    !isinf(lo) && lo != floor(lo) ? "minimum" : "maximum"), 0;
-	if (lo > hi || (lo == hi && (xlo || xhi)))
-		return gmb_none(c->b);
+	struct dec lo = { .ip = 0 }, hi = { .ip = -1 }, zero = { .ip = 0 };
+	bool has_lo = lv != NULL;
+	if ((lv && !dec_of(lv, &lo)) || (hv && !dec_of(hv, &hi)))
+		return sc_err(c, "'%s' has too many digits", lv ? "minimum" : "maximum"), 0;
 	int32_t alts[2];
-	int k = 0;
-	if (hi > 0 || (hi == 0 && !xhi)) /* x >= 0 */
-		alts[k++] = magnitude(c, lo > 0 ? lo : 0, lo > 0 ? xlo : false, hi, xhi);
-	if (lo < 0) /* x = -y, y > 0 */
-		alts[k++] = seq2(c, L(c, "-"), magnitude(c, hi < 0 ? -hi : 0, hi < 0 ? xhi : true, -lo, xlo));
-	return gmb_alt(c->b, alts, k);
+	int n = 0;
+	/* x >= 0 */
+	if (!hv || !hi.neg) {
+		bool pos_lo = has_lo && !lo.neg;
+		alts[n++] = magnitude(c, pos_lo ? &lo : &zero, pos_lo && xlo, &hi, hv && xhi, k);
+	}
+	/* x = -y, y > 0 */
+	if (!has_lo || lo.neg) {
+		struct dec a = hv && hi.neg ? hi : zero, b = has_lo ? lo : (struct dec){ .ip = -1 };
+		alts[n++] = seq2(c, L(c, "-"), magnitude(c, &a, hv && hi.neg ? xhi : true, &b, has_lo && xlo, k));
+	}
+	return n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
 }
 
 /* ---- strings ------------------------------------------------------------ */
+
+static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth);
 
 static const struct { const char *name, *re; } formats[] = {
 	{ "date", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$" },
@@ -486,15 +706,28 @@ static int32_t string(struct sc *c, const struct jv *s)
 				relen = strlen(re);
 			}
 	}
+	const struct jv *out = jv_get(s, "\x01notIn"); /* from "not enum" (schema_not.c) */
+	if (out && out->t == JV_ARR && out->n && !re && mn <= 0 && mx < 0) {
+		const char **k = malloc(out->n * sizeof *k);
+		size_t *kl = malloc(out->n * sizeof *kl);
+		int n = 0;
+		for (int i = 0; k && kl && i < out->n; i++)
+			if (out->a[i]->t == JV_STR)
+				k[n] = out->a[i]->s, kl[n++] = out->a[i]->len;
+		int32_t r = k && kl ? seq2(c, L(c, "\""), other_name(c, k, kl, n, 0, 0)) : 0;
+		free(k);
+		free(kl);
+		return r ? r : (gmb_fail(c->b, "out of memory"), 0);
+	}
 	int32_t body;
 	if (re) {
 		if (mn > 0 || mx >= 0)
-			return serr(c, "unsupported keyword '%s' together with pattern or format",
+			return sc_err(c, "unsupported keyword '%s' together with pattern or format",
 				    mn > 0 ? "minLength" : "maxLength"), 0;
 		body = gm_regex(c->b, re, relen, true);
 	} else {
 		if (mn > 100000 || mx > 100000)
-			return serr(c, "'%s' above 100000", mn > 100000 ? "minLength" : "maxLength"), 0;
+			return sc_err(c, "'%s' above 100000", mn > 100000 ? "minLength" : "maxLength"), 0;
 		body = gmb_rep(c->b, jchar(c), (long)mn, mx < 0 ? -1 : (long)mx);
 	}
 	return seq3(c, L(c, "\""), body, L(c, "\""));
@@ -514,15 +747,15 @@ static int32_t array(struct sc *c, const struct jv *s)
 		mn = (long)v->num;
 	if ((v = jv_get(s, "maxItems")) && v->t == JV_NUM)
 		mx = (long)v->num;
-	if (is_true(jv_get(s, "uniqueItems")) && !(mx >= 0 && mx <= 1))
-		return serr(c, "unsupported keyword '%s'", "uniqueItems"), 0;
+	/* uniqueItems is not enforced (a grammar cannot compare items): every
+	 * valid array is accepted, and so are some with repeated items */
 	if (mn > 100000 || mx > 100000)
-		return serr(c, "'%s' above 100000", mn > 100000 ? "minItems" : "maxItems"), 0;
+		return sc_err(c, "'%s' above 100000", mn > 100000 ? "minItems" : "maxItems"), 0;
 	int k = prefix && prefix->t == JV_ARR ? prefix->n : 0;
 	if (mx >= 0 && k > mx)
 		k = (int)mx;
 	bool tail_ok = mx < 0 || mx > k;
-	int32_t item = !items || is_true(items) ? json_any(c) : sym(c, items);
+	int32_t item = !items || sc_true(items) ? json_any(c) : sym(c, items);
 	int32_t comma_item = seq2(c, L(c, ","), item);
 	long lo = mn > k ? mn - k : 0, hi = mx < 0 ? -1 : mx - k;
 	int32_t tf, ta; /* the tail, first in the array / after an element */
@@ -578,7 +811,7 @@ static uint32_t cp_at(const char *s, size_t n, size_t *len)
 static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth)
 {
 	if (depth > 256)
-		return serr(c, "property name too long%s", ""), 0;
+		return sc_err(c, "property name too long%s", ""), 0;
 	int32_t *alts = malloc((n + 2) * sizeof *alts);
 	uint32_t *cps = malloc((n + 1) * sizeof *cps);
 	if (!alts || !cps) {
@@ -705,7 +938,7 @@ static int32_t object(struct sc *c, const struct jv *s)
 	if (pp && pp->t == JV_OBJ && pp->n > 0) {
 		if (!ap_false) {
 			free(e);
-			return serr(c, "unsupported keyword '%s' (only with additionalProperties false)",
+			return sc_err(c, "unsupported keyword '%s' (only with additionalProperties false)",
 				    "patternProperties"), 0;
 		}
 		int32_t *alts = malloc(pp->n * sizeof *alts);
@@ -733,67 +966,80 @@ static int32_t object(struct sc *c, const struct jv *s)
 		int32_t key = n ? seq2(c, L(c, "\""), other_name(c, nk, nl, n, 0, 0)) : json_string(c);
 		free(nk);
 		free(nl);
-		extra = seq3(c, key, L(c, ":"), !ap || is_true(ap) ? json_any(c) : sym(c, ap));
+		extra = seq3(c, key, L(c, ":"), !ap || sc_true(ap) ? json_any(c) : sym(c, ap));
 	}
 	const struct jv *v;
-	long mnp = -1, mxp = -1, nreq = 0;
-	for (int i = 0; i < n; i++)
-		nreq += e[i].req;
-	if ((v = jv_get(s, "minProperties")) && v->t == JV_NUM)
-		mnp = (long)v->num;
-	if ((v = jv_get(s, "maxProperties")) && v->t == JV_NUM)
+	long mnp = 0, mxp = -1;
+	if ((v = jv_get(s, "minProperties")) && v->t == JV_NUM && v->num > 0)
+		mnp = (long)ceil(v->num);
+	if ((v = jv_get(s, "maxProperties")) && v->t == JV_NUM && v->num >= 0)
 		mxp = (long)v->num;
-	if ((mnp > nreq) || (mxp >= 0 && (extra || mxp < n))) {
+	if (mxp >= 0 && !extra && mxp >= n)
+		mxp = -1; /* says nothing more than the declared names do */
+	/* counts 0..cap of members written so far, the last standing for "cap
+	 * or more" when there is no maximum */
+	long cap = mxp >= 0 ? mxp : mnp > 1 ? mnp : 1;
+	if (cap > 64) {
 		free(e);
-		return serr(c, "unsupported keyword '%s'", mnp > nreq ? "minProperties" : "maxProperties"), 0;
+		return sc_err(c, "'%s' above 64", mxp >= 0 ? "maxProperties" : "minProperties"), 0;
 	}
-	/* from the end: A = the rest after something was written, B = before */
-	int32_t A, B;
-	if (extra) {
-		int32_t ce = seq2(c, L(c, ","), extra);
-		A = gmb_rep(c->b, ce, 0, -1);
-		B = alt2(c, gmb_eps(c->b), seq2(c, extra, A));
-	} else {
-		A = B = gmb_eps(c->b);
+	int32_t *T = malloc((cap + 1) * sizeof *T), *U = malloc((cap + 1) * sizeof *U);
+	if (!T || !U) {
+		free(e), free(T), free(U);
+		return gmb_fail(c->b, "out of memory"), 0;
+	}
+	/* T[k]: the rest of the object after k members (no comma first at 0) */
+	for (long k = 0; k <= cap; k++) {
+		long lo = mnp > k ? mnp - k : 0, hi = mxp < 0 ? -1 : mxp - k;
+		if (!extra) {
+			T[k] = lo == 0 ? gmb_eps(c->b) : gmb_none(c->b);
+		} else if (k > 0) {
+			T[k] = gmb_rep(c->b, seq2(c, L(c, ","), extra), lo, hi);
+		} else {
+			int32_t more = gmb_rep(c->b, seq2(c, L(c, ","), extra), lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
+			int32_t some = hi == 0 ? gmb_none(c->b) : seq2(c, extra, more);
+			T[k] = lo == 0 ? alt2(c, gmb_eps(c->b), some) : some;
+		}
 	}
 	for (int i = n - 1; i >= 0 && !c->b->failed; i--) {
 		const struct jv *ps = e[i].s;
-		bool never = ps && ps->t == JV_BOOL && !ps->b;
-		if (never) {
-			if (e[i].req) {
-				A = B = gmb_none(c->b);
-			}
+		if (ps && ps->t == JV_BOOL && !ps->b) { /* never there */
+			if (e[i].req)
+				for (long k = 0; k <= cap; k++)
+					T[k] = gmb_none(c->b);
 			continue;
 		}
-		int32_t kv = seq2(c, key_lit(c, e[i].k, e[i].kl), !ps || is_true(ps) ? json_any(c) : sym(c, ps));
-		int32_t nA = seq3(c, L(c, ","), kv, A), nB = seq2(c, kv, A);
-		if (!e[i].req) {
-			nA = alt2(c, nA, A);
-			nB = alt2(c, nB, B);
+		int32_t kv = seq2(c, key_lit(c, e[i].k, e[i].kl), !ps || sc_true(ps) ? json_any(c) : sym(c, ps));
+		for (long k = 0; k <= cap; k++) {
+			long next = k < cap ? k + 1 : mxp >= 0 ? -1 : cap;
+			int32_t with = next < 0 ? gmb_none(c->b) : k ? seq3(c, L(c, ","), kv, T[next]) : seq2(c, kv, T[next]);
+			U[k] = e[i].req ? with : alt2(c, with, T[k]);
 		}
-		A = nA;
-		B = nB;
+		memcpy(T, U, (cap + 1) * sizeof *T);
 	}
+	int32_t B = T[0];
+	free(T);
+	free(U);
 	free(e);
 	return seq3(c, L(c, "{"), B, L(c, "}"));
 }
 
 /* ---- allOf: one schema from several ----------------------------------- */
 
-static struct jv *type_list(struct sc *c, const struct jv *t)
+struct jv *sc_types(struct sc *c, const struct jv *t)
 {
-	struct jv *l = jnew(c, JV_ARR);
+	struct jv *l = sc_new(c, JV_ARR);
 	if (!l)
 		return NULL;
 	if (t->t == JV_STR)
-		jput(c, l, NULL, 0, (struct jv *)t);
+		sc_put(c, l, NULL, 0, (struct jv *)t);
 	else if (t->t == JV_ARR)
 		for (int i = 0; i < t->n; i++)
-			jput(c, l, NULL, 0, t->a[i]);
+			sc_put(c, l, NULL, 0, t->a[i]);
 	return l;
 }
 
-static bool has_type(const struct jv *l, const char *t)
+bool sc_has_type(const struct jv *l, const char *t)
 {
 	for (int i = 0; i < l->n; i++)
 		if (l->a[i]->t == JV_STR && (!strcmp(l->a[i]->s, t) ||
@@ -805,24 +1051,26 @@ static bool has_type(const struct jv *l, const char *t)
 static void merge_into(struct sc *c, struct jv *res, const struct jv *s, int depth)
 {
 	if (depth > 32) {
-		serr(c, "%s nested too deep", "allOf");
+		sc_err(c, "%s nested too deep", "allOf");
 		return;
 	}
 	if (s && s->t == JV_BOOL) {
-		struct jv *t = s->b ? NULL : jnew(c, JV_BOOL);
+		struct jv *t = s->b ? NULL : sc_new(c, JV_BOOL);
 		if (t) {
 			t->b = true;
-			jput(c, res, "not", 3, t); /* not: true, nothing matches */
+			sc_put(c, res, "not", 3, t); /* not: true, nothing matches */
 		}
 		return;
 	}
 	if (!s || s->t != JV_OBJ) {
-		serr(c, "%s: a schema is not an object", "allOf");
+		sc_err(c, "%s: a schema is not an object", "allOf");
 		return;
 	}
+	if (!(s = sc_rewrite(c, s)))
+		return;
 	const struct jv *r = jv_get(s, "$ref");
 	if (r && r->t == JV_STR) {
-		const struct jv *t = pointer(c, r->s);
+		const struct jv *t = sc_pointer(c, r->s);
 		if (!t)
 			return;
 		merge_into(c, res, t, depth + 1);
@@ -836,96 +1084,106 @@ static void merge_into(struct sc *c, struct jv *res, const struct jv *s, int dep
 		const struct jv *v = s->a[i], *old = jv_get(res, k);
 		if (!strcmp(k, "allOf") || !strcmp(k, "$ref"))
 			continue;
-		if (!old || in(k, annotations) || !in(k, validation)) {
+		if (!old || sc_in(k, sc_annotations) || !sc_in(k, sc_validation)) {
 			if (!old)
-				jput(c, res, k, s->klen[i], (struct jv *)v);
+				sc_put(c, res, k, s->klen[i], (struct jv *)v);
 			continue;
 		}
 		if (jv_equal(old, v))
 			continue;
+		if (!strcmp(k, "not")) { /* not a and not b: not (a or b) */
+			struct jv *l = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
+			if (!l || !o)
+				return;
+			sc_put(c, l, NULL, 0, (struct jv *)old);
+			sc_put(c, l, NULL, 0, (struct jv *)v);
+			sc_put(c, o, "anyOf", 5, l);
+			sc_put(c, res, k, s->klen[i], o);
+			continue;
+		}
 		if (!strcmp(k, "properties") && old->t == JV_OBJ && v->t == JV_OBJ) {
-			struct jv *o = jnew(c, JV_OBJ);
+			struct jv *o = sc_new(c, JV_OBJ);
 			if (!o)
 				return;
 			for (int j = 0; j < old->n; j++)
-				jput(c, o, old->keys[j], old->klen[j], old->a[j]);
+				sc_put(c, o, old->keys[j], old->klen[j], old->a[j]);
 			for (int j = 0; j < v->n; j++) {
 				const struct jv *was = jv_get(o, v->keys[j]);
-				jput(c, o, v->keys[j], v->klen[j], was ? pair(c, was, v->a[j]) : v->a[j]);
+				sc_put(c, o, v->keys[j], v->klen[j], was ? sc_pair(c, was, v->a[j]) : v->a[j]);
 			}
-			jput(c, res, k, s->klen[i], o);
+			sc_put(c, res, k, s->klen[i], o);
 		} else if (!strcmp(k, "required") && old->t == JV_ARR && v->t == JV_ARR) {
-			struct jv *l = jnew(c, JV_ARR);
+			struct jv *l = sc_new(c, JV_ARR);
 			if (!l)
 				return;
 			for (int j = 0; j < old->n; j++)
-				jput(c, l, NULL, 0, old->a[j]);
+				sc_put(c, l, NULL, 0, old->a[j]);
 			for (int j = 0; j < v->n; j++) {
 				bool dup = false;
 				for (int q = 0; q < l->n && !dup; q++)
 					dup = jv_equal(l->a[q], v->a[j]);
 				if (!dup)
-					jput(c, l, NULL, 0, v->a[j]);
+					sc_put(c, l, NULL, 0, v->a[j]);
 			}
-			jput(c, res, k, s->klen[i], l);
+			sc_put(c, res, k, s->klen[i], l);
 		} else if (!strcmp(k, "type")) {
-			struct jv *a = type_list(c, old), *b = type_list(c, v), *l = jnew(c, JV_ARR);
+			struct jv *a = sc_types(c, old), *b = sc_types(c, v), *l = sc_new(c, JV_ARR);
 			if (!a || !b || !l)
 				return;
 			for (int j = 0; j < a->n; j++)
-				if (a->a[j]->t == JV_STR && has_type(b, a->a[j]->s))
-					jput(c, l, NULL, 0, a->a[j]);
-				else if (a->a[j]->t == JV_STR && !strcmp(a->a[j]->s, "number") && has_type(b, "integer")) {
-					struct jv *t = jnew(c, JV_STR);
+				if (a->a[j]->t == JV_STR && sc_has_type(b, a->a[j]->s))
+					sc_put(c, l, NULL, 0, a->a[j]);
+				else if (a->a[j]->t == JV_STR && !strcmp(a->a[j]->s, "number") && sc_has_type(b, "integer")) {
+					struct jv *t = sc_new(c, JV_STR);
 					if (!t)
 						return;
 					t->s = "integer";
 					t->len = 7;
-					jput(c, l, NULL, 0, t);
+					sc_put(c, l, NULL, 0, t);
 				}
-			jput(c, res, k, s->klen[i], l);
+			sc_put(c, res, k, s->klen[i], l);
 		} else if (!strcmp(k, "enum") && old->t == JV_ARR && v->t == JV_ARR) {
-			struct jv *l = jnew(c, JV_ARR);
+			struct jv *l = sc_new(c, JV_ARR);
 			if (!l)
 				return;
 			for (int j = 0; j < old->n; j++)
 				for (int q = 0; q < v->n; q++)
 					if (jv_equal(old->a[j], v->a[q])) {
-						jput(c, l, NULL, 0, old->a[j]);
+						sc_put(c, l, NULL, 0, old->a[j]);
 						break;
 					}
-			jput(c, res, k, s->klen[i], l);
+			sc_put(c, res, k, s->klen[i], l);
 		} else if ((!strcmp(k, "additionalProperties") || !strcmp(k, "items")) && old->t != JV_ARR &&
 			   v->t != JV_ARR) {
-			jput(c, res, k, s->klen[i], pair(c, old, v));
+			sc_put(c, res, k, s->klen[i], sc_pair(c, old, v));
 		} else if (old->t == JV_NUM && v->t == JV_NUM &&
 			   (!strcmp(k, "minimum") || !strcmp(k, "minLength") || !strcmp(k, "minItems") ||
 			    !strcmp(k, "maximum") || !strcmp(k, "maxLength") || !strcmp(k, "maxItems"))) {
 			bool take_max = !strncmp(k, "min", 3);
 			if (take_max ? v->num > old->num : v->num < old->num)
-				jput(c, res, k, s->klen[i], (struct jv *)v);
+				sc_put(c, res, k, s->klen[i], (struct jv *)v);
 		} else if ((!strcmp(k, "anyOf") || !strcmp(k, "oneOf")) && v->t == JV_ARR && old->t == JV_ARR) {
 			/* (a|b) & (c|d): nest the second inside each branch of the first */
-			struct jv *l = jnew(c, JV_ARR);
+			struct jv *l = sc_new(c, JV_ARR);
 			if (!l)
 				return;
 			for (int j = 0; j < old->n; j++) {
-				struct jv *o = jnew(c, JV_OBJ);
+				struct jv *o = sc_new(c, JV_OBJ);
 				if (!o)
 					return;
-				jput(c, o, k, s->klen[i], (struct jv *)v);
-				jput(c, l, NULL, 0, pair(c, old->a[j], o));
+				sc_put(c, o, k, s->klen[i], (struct jv *)v);
+				sc_put(c, l, NULL, 0, sc_pair(c, old->a[j], o));
 			}
-			jput(c, res, k, s->klen[i], l);
+			sc_put(c, res, k, s->klen[i], l);
 		} else {
-			serr(c, "allOf: conflicting values for '%s'", k);
+			sc_err(c, "allOf: conflicting values for '%s'", k);
 		}
 	}
 }
 
-static const struct jv *merge_list(struct sc *c, const struct jv *const *parts, int n)
+const struct jv *sc_merge(struct sc *c, const struct jv *const *parts, int n)
 {
-	struct jv *res = jnew(c, JV_OBJ);
+	struct jv *res = sc_new(c, JV_OBJ);
 	if (!res)
 		return NULL;
 	for (int i = 0; i < n && !c->b->failed; i++)
@@ -952,7 +1210,7 @@ static int32_t by_type(struct sc *c, const struct jv *s)
 			while (k < 7 && !(l[i]->t == JV_STR && !strcmp(l[i]->s, all[k])))
 				k++;
 			if (k == 7)
-				return serr(c, "unknown type in '%s'", "type"), 0;
+				return sc_err(c, "unknown type in '%s'", "type"), 0;
 			want[k] = true;
 		}
 		if (want[3])
@@ -972,115 +1230,60 @@ static int32_t by_type(struct sc *c, const struct jv *s)
 
 static int32_t body(struct sc *c, const struct jv *s);
 
-/* The forms of "not" a grammar can say: not {} (nothing), not {"type": T}
- * (the other types), not {"required": [name]} (that member never there).
- * Returns s rewritten without "not", or NULL (refused, or nothing). */
-static const struct jv *drop_not(struct sc *c, const struct jv *s, bool *nothing)
-{
-	const struct jv *n = jv_get(s, "not");
-	*nothing = false;
-	if (n->t == JV_BOOL || (n->t == JV_OBJ && n->n == 0)) {
-		if (n->t == JV_OBJ || n->b) {
-			*nothing = true;
-			return NULL;
-		}
-	} else if (n->t != JV_OBJ || n->n != 1 ||
-		   (strcmp(n->keys[0], "type") && strcmp(n->keys[0], "required"))) {
-		return serr(c, "unsupported keyword '%s' (only not {}, not {type}, not {required: [one]})",
-			    "not"), NULL;
-	}
-	struct jv *o = jnew(c, JV_OBJ);
-	if (!o)
-		return NULL;
-	for (int i = 0; i < s->n; i++)
-		if (strcmp(s->keys[i], "not"))
-			jput(c, o, s->keys[i], s->klen[i], s->a[i]);
-	if (n->t == JV_BOOL)
-		return o;
-	if (!strcmp(n->keys[0], "type")) {
-		static const char *const all[] = { "object", "array", "string", "number", "integer", "boolean", "null" };
-		const struct jv *t = jv_get(s, "type"), *x = type_list(c, n->a[0]);
-		struct jv *keep = jnew(c, JV_ARR);
-		if (!x || !keep)
-			return NULL;
-		for (int k = 0; k < 7; k++) {
-			struct jv one = { .t = JV_STR, .s = (char *)all[k], .len = strlen(all[k]) };
-			struct jv *l1 = type_list(c, &one);
-			if (!l1 || (t && !has_type(type_list(c, t), all[k])) || has_type(x, all[k]))
-				continue;
-			if (k == 3 && has_type(x, "integer"))
-				return serr(c, "unsupported keyword '%s' (not integer among numbers)", "not"), NULL;
-			struct jv *str = jnew(c, JV_STR);
-			if (!str)
-				return NULL;
-			str->s = (char *)all[k];
-			str->len = strlen(all[k]);
-			jput(c, keep, NULL, 0, str);
-		}
-		jput(c, o, "type", 4, keep);
-		return o;
-	}
-	const struct jv *r = n->a[0];
-	if (r->t != JV_ARR || r->n != 1 || r->a[0]->t != JV_STR)
-		return serr(c, "unsupported keyword '%s' (only not {required: [one name]})", "not"), NULL;
-	const struct jv *req = jv_get(s, "required");
-	for (int i = 0; req && req->t == JV_ARR && i < req->n; i++)
-		if (jv_equal(req->a[i], r->a[0])) {
-			*nothing = true;
-			return NULL;
-		}
-	struct jv *props = jnew(c, JV_OBJ), *f = jnew(c, JV_BOOL);
-	if (!props || !f)
-		return NULL;
-	const struct jv *old = jv_get(s, "properties");
-	for (int i = 0; old && old->t == JV_OBJ && i < old->n; i++)
-		jput(c, props, old->keys[i], old->klen[i], old->a[i]);
-	jput(c, props, r->a[0]->s, r->a[0]->len, f); /* false: never present */
-	jput(c, o, "properties", 10, props);
-	return o;
-}
-
 static int32_t body(struct sc *c, const struct jv *s)
 {
 	if (s->t == JV_BOOL)
 		return s->b ? json_any(c) : gmb_none(c->b);
 	if (s->t != JV_OBJ)
-		return serr(c, "a schema must be an object or a boolean%s", ""), 0;
-	if (jv_get(s, "not")) {
-		bool nothing;
-		const struct jv *t = drop_not(c, s, &nothing);
-		return nothing ? gmb_none(c->b) : t ? body(c, t) : 0;
+		return sc_err(c, "a schema must be an object or a boolean%s", ""), 0;
+	const struct jv *rw = sc_rewrite(c, s), *n = jv_get(s, "not");
+	if (rw != s)
+		return rw ? sym(c, rw) : 0;
+	if (n) {
+		if (sc_true(n) || (n->t == JV_OBJ && n->n == 0))
+			return gmb_none(c->b);
+		const char *why = NULL;
+		const struct jv *neg = sc_negate(c, n, &why, 0);
+		if (!neg)
+			return c->b->failed ? 0 : (sc_err(c, "unsupported keyword 'not' (%s)", why), 0);
+		struct jv *rest = sc_new(c, JV_OBJ);
+		for (int i = 0; rest && i < s->n; i++)
+			if (strcmp(s->keys[i], "not"))
+				sc_put(c, rest, s->keys[i], s->klen[i], s->a[i]);
+		const struct jv *parts[2] = { rest, neg };
+		const struct jv *m = rest ? sc_merge(c, parts, 2) : NULL;
+		return m ? sym(c, m) : 0;
 	}
 	for (int i = 0; i < s->n; i++)
-		if (in(s->keys[i], refused))
-			return serr(c, "unsupported keyword '%s'", s->keys[i]), 0;
+		if (sc_in(s->keys[i], refused))
+			return sc_err(c, "unsupported keyword '%s'", s->keys[i]), 0;
 	const struct jv *all = jv_get(s, "allOf"), *r = jv_get(s, "$ref");
 	bool ref_alone = r && r->t == JV_STR;
 	for (int i = 0; i < s->n && ref_alone; i++)
-		if (strcmp(s->keys[i], "$ref") && !in(s->keys[i], annotations))
+		if (strcmp(s->keys[i], "$ref") && !sc_in(s->keys[i], sc_annotations))
 			ref_alone = false;
 	if (ref_alone) {
-		const struct jv *t = pointer(c, r->s);
+		const struct jv *t = sc_pointer(c, r->s);
 		return t ? sym(c, t) : 0;
 	}
 	if ((all && all->t == JV_ARR) || (r && r->t == JV_STR)) {
-		const struct jv *m = merge_list(c, &s, 1);
+		const struct jv *m = sc_merge(c, &s, 1);
 		return m ? sym(c, m) : 0;
 	}
 	const char *which = jv_get(s, "anyOf") ? "anyOf" : jv_get(s, "oneOf") ? "oneOf" : NULL;
 	if (which) {
 		const struct jv *l = jv_get(s, which);
 		if (l->t != JV_ARR || l->n == 0)
-			return serr(c, "'%s' must be a non-empty array", which), 0;
+			return sc_err(c, "'%s' must be a non-empty array", which), 0;
 		/* the siblings, without this keyword, merged into every branch */
-		struct jv *rest = jnew(c, JV_OBJ);
+		struct jv *rest = sc_new(c, JV_OBJ);
 		if (!rest)
 			return 0;
 		bool siblings = false;
 		for (int i = 0; i < s->n; i++)
 			if (strcmp(s->keys[i], which)) {
-				jput(c, rest, s->keys[i], s->klen[i], s->a[i]);
-				siblings |= !in(s->keys[i], annotations);
+				sc_put(c, rest, s->keys[i], s->klen[i], s->a[i]);
+				siblings |= !sc_in(s->keys[i], sc_annotations);
 			}
 		int32_t *alts = malloc(l->n * sizeof *alts);
 		if (!alts)
@@ -1090,7 +1293,7 @@ static int32_t body(struct sc *c, const struct jv *s)
 				alts[i] = sym(c, l->a[i]);
 			} else {
 				const struct jv *parts[2] = { rest, l->a[i] };
-				const struct jv *m = merge_list(c, parts, 2);
+				const struct jv *m = sc_merge(c, parts, 2);
 				alts[i] = m ? sym(c, m) : 0;
 			}
 		}
@@ -1103,7 +1306,7 @@ static int32_t body(struct sc *c, const struct jv *s)
 		return lit_value(c, k);
 	if (en) {
 		if (en->t != JV_ARR)
-			return serr(c, "'%s' must be an array", "enum"), 0;
+			return sc_err(c, "'%s' must be an array", "enum"), 0;
 		if (en->n == 0)
 			return gmb_none(c->b);
 		int32_t *alts = malloc(en->n * sizeof *alts);
@@ -1129,7 +1332,7 @@ static int32_t sym(struct sc *c, const struct jv *s)
 			return c->memo[i].nt;
 	if (++c->depth > SC_MAX_DEPTH) {
 		c->depth--;
-		return serr(c, "schema nested too deep%s", ""), 0;
+		return sc_err(c, "schema nested too deep%s", ""), 0;
 	}
 	if (c->n_memo == c->cap_memo) {
 		int cap = c->cap_memo ? c->cap_memo * 2 : 64;
@@ -1240,7 +1443,7 @@ static void props_for(struct sc *c, const struct jv *s, const struct jv *v, stru
 		return;
 	const struct jv *r = jv_get(s, "$ref");
 	if (r && r->t == JV_STR) {
-		const struct jv *t = pointer(c, r->s);
+		const struct jv *t = sc_pointer(c, r->s);
 		c->b->failed = false;
 		props_for(c, t, v, o, depth + 1);
 	}
@@ -1269,7 +1472,7 @@ static void props_of(struct sc *c, const struct jv *s, struct names *o, int dept
 		return;
 	const struct jv *r = jv_get(s, "$ref");
 	if (r && r->t == JV_STR) {
-		const struct jv *t = pointer(c, r->s);
+		const struct jv *t = sc_pointer(c, r->s);
 		c->b->failed = false;
 		props_of(c, t, o, depth + 1);
 	}
