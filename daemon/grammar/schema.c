@@ -146,7 +146,7 @@ bool sc_in(const char *k, const char *const *list)
 }
 
 static const char *const refused[] = {
-	"propertyNames", "contains", "minContains", "maxContains", "unevaluatedProperties",
+	"contains", "minContains", "maxContains", "unevaluatedProperties",
 	"unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL
 };
 
@@ -674,6 +674,7 @@ static int32_t number(struct sc *c, const struct jv *s)
 /* ---- strings ------------------------------------------------------------ */
 
 static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth);
+static uint32_t cp_at(const char *s, size_t n, size_t *len);
 
 static const struct { const char *name, *re; } formats[] = {
 	{ "date", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$" },
@@ -685,6 +686,76 @@ static const struct { const char *name, *re; } formats[] = {
 	{ "ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$" },
 };
 
+/* "^(?:a|b)$" for the names, every character escaped: a pattern matching
+ * exactly them. */
+static char *names_re(struct sc *c, const char *const *k, const size_t *kl, int n, size_t *len)
+{
+	struct gbuf g = { 0 };
+	gbuf_put(&g, "^(?:", 4);
+	for (int i = 0; i < n; i++) {
+		if (i)
+			gbuf_putc(&g, '|');
+		for (size_t o = 0; o < kl[i];) {
+			size_t l;
+			char e[16];
+			int m = snprintf(e, sizeof e, "\\u{%X}", (unsigned)cp_at(k[i] + o, kl[i] - o, &l));
+			gbuf_put(&g, e, m);
+			o += l;
+		}
+	}
+	gbuf_put(&g, ")$", 2);
+	char *r = g.oom ? NULL : jv_alloc(c->a, g.n + 1);
+	if (r) {
+		memcpy(r, g.p, g.n);
+		r[g.n] = 0;
+		*len = g.n;
+	} else {
+		gmb_fail(c->b, "out of memory");
+	}
+	free(g.p);
+	return r;
+}
+
+struct pats {
+	const char *re[32];
+	size_t len[32];
+	int n;
+	uint32_t neg; /* patterns that must not match */
+};
+
+static bool pats_add(struct sc *c, struct pats *p, const char *re, size_t len, bool neg)
+{
+	if (p->n == 32)
+		return sc_err(c, "more than 32 patterns on one %s", "string");
+	if (neg)
+		p->neg |= 1u << p->n;
+	p->re[p->n] = re;
+	p->len[p->n++] = len;
+	return true;
+}
+
+/* The contents of the strings that match the positive patterns, none of
+ * the negative ones, with mn..mx characters. */
+static int32_t pats_string(struct sc *c, const struct pats *p, long mn, long mx)
+{
+	char err[160];
+	struct gm_dfa *d = gm_dfa_new(p->re, p->len, p->n, err, sizeof err);
+	if (!d)
+		return gmb_fail(c->b, "%s", err), 0;
+	uint32_t all = p->n == 32 ? ~0u : (1u << p->n) - 1;
+	int32_t s = gm_dfa_string(c->b, d, all & ~p->neg, p->neg, mn, mx);
+	gm_dfa_free(d);
+	return s;
+}
+
+static const char *format_re(const struct jv *fmt)
+{
+	for (size_t i = 0; fmt && fmt->t == JV_STR && i < sizeof formats / sizeof *formats; i++)
+		if (!strcmp(fmt->s, formats[i].name))
+			return formats[i].re;
+	return NULL;
+}
+
 static int32_t string(struct sc *c, const struct jv *s)
 {
 	double mn = 0, mx = -1;
@@ -693,43 +764,52 @@ static int32_t string(struct sc *c, const struct jv *s)
 		mn = v->num;
 	if ((v = jv_get(s, "maxLength")) && v->t == JV_NUM)
 		mx = v->num;
-	const struct jv *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
-	const char *re = NULL;
-	size_t relen = 0;
-	if (pat && pat->t == JV_STR) {
-		re = pat->s;
-		relen = pat->len;
-	} else if (fmt && fmt->t == JV_STR) {
-		for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
-			if (!strcmp(fmt->s, formats[i].name)) {
-				re = formats[i].re;
-				relen = strlen(re);
-			}
-	}
-	const struct jv *out = jv_get(s, "\x01notIn"); /* from "not enum" (schema_not.c) */
-	if (out && out->t == JV_ARR && out->n && !re && mn <= 0 && mx < 0) {
+	if (mn > 100000 || mx > 100000)
+		return sc_err(c, "'%s' above 100000", mn > 100000 ? "minLength" : "maxLength"), 0;
+	/* the patterns: pattern, format, those allOf merged, those "not" or
+	 * "not enum" excluded (schema_not.c) */
+	struct pats p = { .n = 0 };
+	const struct jv *pat = jv_get(s, "pattern"), *more = jv_get(s, "\x01patterns");
+	const struct jv *notp = jv_get(s, "\x01notPatterns"), *out = jv_get(s, "\x01notIn");
+	const char *fre = format_re(jv_get(s, "format"));
+	if (pat && pat->t == JV_STR)
+		pats_add(c, &p, pat->s, pat->len, false);
+	for (int i = 0; more && more->t == JV_ARR && i < more->n; i++)
+		if (more->a[i]->t == JV_STR)
+			pats_add(c, &p, more->a[i]->s, more->a[i]->len, false);
+	if (fre)
+		pats_add(c, &p, fre, strlen(fre), false);
+	for (int i = 0; notp && notp->t == JV_ARR && i < notp->n; i++)
+		if (notp->a[i]->t == JV_STR)
+			pats_add(c, &p, notp->a[i]->s, notp->a[i]->len, true);
+	if (out && out->t == JV_ARR && out->n) {
 		const char **k = malloc(out->n * sizeof *k);
-		size_t *kl = malloc(out->n * sizeof *kl);
+		size_t *kl = malloc(out->n * sizeof *kl), rl = 0;
 		int n = 0;
 		for (int i = 0; k && kl && i < out->n; i++)
 			if (out->a[i]->t == JV_STR)
 				k[n] = out->a[i]->s, kl[n++] = out->a[i]->len;
-		int32_t r = k && kl ? seq2(c, L(c, "\""), other_name(c, k, kl, n, 0, 0)) : 0;
+		if (p.n == 0 && mn <= 0 && mx < 0) { /* the plain case: a trie */
+			int32_t r = k && kl ? seq2(c, L(c, "\""), other_name(c, k, kl, n, 0, 0)) : 0;
+			free(k);
+			free(kl);
+			return r ? r : (gmb_fail(c->b, "out of memory"), 0);
+		}
+		const char *re = k && kl ? names_re(c, k, kl, n, &rl) : NULL;
 		free(k);
 		free(kl);
-		return r ? r : (gmb_fail(c->b, "out of memory"), 0);
+		if (!re || !pats_add(c, &p, re, rl, true))
+			return c->b->failed ? 0 : (gmb_fail(c->b, "out of memory"), 0);
 	}
+	if (c->b->failed)
+		return 0;
 	int32_t body;
-	if (re) {
-		if (mn > 0 || mx >= 0)
-			return sc_err(c, "unsupported keyword '%s' together with pattern or format",
-				    mn > 0 ? "minLength" : "maxLength"), 0;
-		body = gm_regex(c->b, re, relen, true);
-	} else {
-		if (mn > 100000 || mx > 100000)
-			return sc_err(c, "'%s' above 100000", mn > 100000 ? "minLength" : "maxLength"), 0;
+	if (p.n == 1 && !p.neg && mn <= 0 && mx < 0)
+		body = gm_regex(c->b, p.re[0], p.len[0], true);
+	else if (p.n)
+		body = pats_string(c, &p, (long)mn, mx < 0 ? -1 : (long)mx);
+	else
 		body = gmb_rep(c->b, jchar(c), (long)mn, mx < 0 ? -1 : (long)mx);
-	}
 	return seq3(c, L(c, "\""), body, L(c, "\""));
 }
 
@@ -909,6 +989,110 @@ static const struct jv *pattern_schema(const struct jv *pp, const char *name, si
 	return ap;
 }
 
+/* propertyNames as patterns and a length; false when it says more. */
+static bool names_rule(struct sc *c, const struct jv *pn, struct pats *p, long *mn, long *mx)
+{
+	pn = deref(c, pn);
+	if (!pn || pn->t != JV_OBJ)
+		return false;
+	for (int i = 0; i < pn->n; i++) {
+		const char *k = pn->keys[i];
+		const struct jv *v = pn->a[i];
+		if (!strcmp(k, "pattern") && v->t == JV_STR) {
+			pats_add(c, p, v->s, v->len, false);
+		} else if (!strcmp(k, "format")) {
+			const char *re = format_re(v);
+			if (re)
+				pats_add(c, p, re, strlen(re), false);
+		} else if ((!strcmp(k, "minLength") || !strcmp(k, "maxLength")) && v->t == JV_NUM) {
+			*(k[1] == 'i' ? mn : mx) = (long)v->num;
+		} else if ((!strcmp(k, "enum") && v->t == JV_ARR) || !strcmp(k, "const")) {
+			int m = k[0] == 'e' ? v->n : 1;
+			const char **nk = malloc((m + 1) * sizeof *nk);
+			size_t *nl = malloc((m + 1) * sizeof *nl), rl = 0;
+			int q = 0;
+			for (int j = 0; nk && nl && j < m; j++) {
+				const struct jv *x = k[0] == 'e' ? v->a[j] : v;
+				if (x->t == JV_STR)
+					nk[q] = x->s, nl[q++] = x->len;
+			}
+			const char *re = nk && nl ? names_re(c, nk, nl, q, &rl) : NULL;
+			free(nk);
+			free(nl);
+			if (!re)
+				return false;
+			pats_add(c, p, re, rl, false);
+		} else if (!(!strcmp(k, "type") && v->t == JV_STR && !strcmp(v->s, "string")) &&
+			   sc_in(k, sc_validation)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* One undeclared member when patternProperties or propertyNames rule the
+ * keys: for each set of patterns a key can match (and no declared name),
+ * the key's strings and the value all those patterns' schemas want, or
+ * additionalProperties' where it matches none. Exact for up to 4 patterns;
+ * past that a key matching several is checked against one of them. */
+static int32_t keyed(struct sc *c, const struct jv *pp, const struct jv *ap, const struct jv *pn, const char *const *nk,
+		     const size_t *nl, int n)
+{
+	struct pats p = { .n = 0 };
+	int m = pp ? pp->n : 0;
+	long mn = 0, mx = -1;
+	if (m > 30)
+		return sc_err(c, "more than 30 %s", "patternProperties"), 0;
+	for (int i = 0; i < m; i++)
+		pats_add(c, &p, pp->keys[i], pp->klen[i], false);
+	uint32_t ppbits = m == 32 ? ~0u : (1u << m) - 1, decl = 0, names = 0;
+	if (n) {
+		size_t rl = 0;
+		const char *re = names_re(c, nk, nl, n, &rl);
+		if (!re)
+			return 0;
+		decl = 1u << p.n;
+		pats_add(c, &p, re, rl, true);
+	}
+	if (pn && pn->t == JV_BOOL && !pn->b)
+		return 0;
+	int before = p.n;
+	if (pn && !names_rule(c, pn, &p, &mn, &mx))
+		return c->b->failed ? 0 : sc_err(c, "unsupported keyword '%s' (only pattern, length, enum)", "propertyNames"), 0;
+	for (int i = before; i < p.n; i++)
+		names |= 1u << i;
+	char err[160];
+	struct gm_dfa *d = gm_dfa_new(p.re, p.len, p.n, err, sizeof err);
+	if (!d)
+		return gmb_fail(c->b, "%s", err), 0;
+	bool exact = m <= 4;
+	int nsets = exact ? 1 << m : m + 1;
+	int32_t *alts = malloc(nsets * sizeof *alts);
+	int na = 0;
+	for (int k = 0; alts && k < nsets && !c->b->failed; k++) {
+		uint32_t set = exact ? (uint32_t)k : k < m ? 1u << k : 0;
+		uint32_t must = set | names, must_not = decl | (exact || !set ? ppbits & ~set : 0);
+		const struct jv *val = ap;
+		if (set) {
+			struct jv *l = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
+			for (int i = 0; l && o && i < m; i++)
+				if (set >> i & 1)
+					sc_put(c, l, NULL, 0, pp->a[i]);
+			if (o && l)
+				sc_put(c, o, "allOf", 5, l);
+			val = l && l->n == 1 ? l->a[0] : o;
+		}
+		if ((val && val->t == JV_BOOL && !val->b) || !gm_dfa_some(d, must, must_not))
+			continue;
+		int32_t key = seq3(c, L(c, "\""), gm_dfa_string(c->b, d, must, must_not, mn, mx), L(c, "\":"));
+		alts[na++] = seq2(c, key, !val || sc_true(val) ? json_any(c) : sym(c, val));
+	}
+	gm_dfa_free(d);
+	int32_t r = !alts ? (gmb_fail(c->b, "out of memory"), 0) : na ? gmb_alt(c->b, alts, na) : 0;
+	free(alts);
+	return r;
+}
+
 static int32_t object(struct sc *c, const struct jv *s)
 {
 	const struct jv *props = jv_get(s, "properties"), *req = jv_get(s, "required");
@@ -933,25 +1117,26 @@ static int32_t object(struct sc *c, const struct jv *s)
 			e[n++] = (struct ent){ r->s, r->len, pattern_schema(pp, r->s, r->len, ap), false };
 		e[j].req = true;
 	}
+	/* a declared member whose name a pattern matches answers to both */
+	for (int i = 0; i < np && pp && pp->t == JV_OBJ; i++)
+		for (int j = 0; j < pp->n; j++)
+			if (pattern_matches(pp->keys[j], pp->klen[j], e[i].k, e[i].kl))
+				e[i].s = e[i].s ? sc_pair(c, e[i].s, pp->a[j]) : pp->a[j];
 	bool ap_false = ap && ap->t == JV_BOOL && !ap->b;
 	int32_t extra = 0; /* one undeclared member, 0 if none is allowed */
-	if (pp && pp->t == JV_OBJ && pp->n > 0) {
-		if (!ap_false) {
+	const struct jv *pn = jv_get(s, "propertyNames");
+	if ((pp && pp->t == JV_OBJ && pp->n > 0) || (pn && !sc_true(pn) && !(pn->t == JV_OBJ && pn->n == 0))) {
+		const char **nk = malloc((n + 1) * sizeof *nk);
+		size_t *nl = malloc((n + 1) * sizeof *nl);
+		for (int i = 0; nk && nl && i < n; i++)
+			nk[i] = e[i].k, nl[i] = e[i].kl;
+		extra = nk && nl ? keyed(c, pp && pp->t == JV_OBJ ? pp : NULL, ap, pn, nk, nl, n) : 0;
+		free(nk);
+		free(nl);
+		if (c->b->failed) {
 			free(e);
-			return sc_err(c, "unsupported keyword '%s' (only with additionalProperties false)",
-				    "patternProperties"), 0;
+			return 0;
 		}
-		int32_t *alts = malloc(pp->n * sizeof *alts);
-		if (!alts) {
-			free(e);
-			return gmb_fail(c->b, "out of memory"), 0;
-		}
-		for (int i = 0; i < pp->n; i++) {
-			int32_t key = seq3(c, L(c, "\""), gm_regex(c->b, pp->keys[i], pp->klen[i], true), L(c, "\":"));
-			alts[i] = seq2(c, key, sym(c, pp->a[i]));
-		}
-		extra = gmb_alt(c->b, alts, pp->n);
-		free(alts);
 	} else if (!ap_false) {
 		const char **nk = malloc((n + 1) * sizeof *nk);
 		size_t *nl = malloc((n + 1) * sizeof *nl);
@@ -1084,13 +1269,31 @@ static void merge_into(struct sc *c, struct jv *res, const struct jv *s, int dep
 		const struct jv *v = s->a[i], *old = jv_get(res, k);
 		if (!strcmp(k, "allOf") || !strcmp(k, "$ref"))
 			continue;
-		if (!old || sc_in(k, sc_annotations) || !sc_in(k, sc_validation)) {
+		if (!old || sc_in(k, sc_annotations) || (!sc_in(k, sc_validation) && k[0] != '\x01')) {
 			if (!old)
 				sc_put(c, res, k, s->klen[i], (struct jv *)v);
 			continue;
 		}
 		if (jv_equal(old, v))
 			continue;
+		if (k[0] == '\x01' && old->t == JV_ARR && v->t == JV_ARR) { /* internal lists: both */
+			struct jv *l = sc_new(c, JV_ARR);
+			for (int j = 0; l && j < old->n; j++)
+				sc_put(c, l, NULL, 0, old->a[j]);
+			for (int j = 0; l && j < v->n; j++)
+				sc_put(c, l, NULL, 0, v->a[j]);
+			sc_put(c, res, k, s->klen[i], l);
+			continue;
+		}
+		if (!strcmp(k, "pattern")) { /* both must match */
+			struct jv *l = sc_new(c, JV_ARR);
+			const struct jv *was = jv_get(res, "\x01patterns");
+			for (int j = 0; l && was && j < was->n; j++)
+				sc_put(c, l, NULL, 0, was->a[j]);
+			sc_put(c, l, NULL, 0, (struct jv *)v);
+			sc_put(c, res, "\x01patterns", 9, l);
+			continue;
+		}
 		if (!strcmp(k, "not")) { /* not a and not b: not (a or b) */
 			struct jv *l = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
 			if (!l || !o)
@@ -1431,6 +1634,22 @@ static bool fits(struct sc *c, const struct jv *b, const struct jv *v, const str
 	const struct jv *req = d ? jv_get(d, "required") : NULL;
 	for (int i = 0; ok && req && req->t == JV_ARR && i < req->n; i++)
 		ok = req->a[i]->t != JV_STR || has_key(v, req->a[i]->s, req->a[i]->len);
+	/* a member the branch fixes (const, enum) must have that value */
+	const struct jv *props = d ? jv_get(d, "properties") : NULL;
+	for (int i = 0; ok && props && i < v->n; i++) {
+		const struct jv *p = deref(c, jv_get(props, v->keys[i])), *k;
+		c->b->failed = false;
+		if (!p || p->t != JV_OBJ)
+			continue;
+		if ((k = jv_get(p, "const")))
+			ok = jv_equal(k, v->a[i]);
+		if ((k = jv_get(p, "enum")) && k->t == JV_ARR) {
+			bool any = false;
+			for (int j = 0; j < k->n && !any; j++)
+				any = jv_equal(k->a[j], v->a[i]);
+			ok = ok && any;
+		}
+	}
 	free(t.k);
 	free(t.l);
 	return ok;

@@ -63,6 +63,14 @@ static struct jv *typed(struct sc *c, const char *type, const char *k, struct jv
 	return o;
 }
 
+static struct jv *one_list(struct sc *c, struct jv *x)
+{
+	struct jv *l = sc_new(c, JV_ARR);
+	if (l)
+		sc_put(c, l, NULL, 0, x);
+	return l;
+}
+
 static struct jv *one_of_list(struct sc *c, const char *k, struct jv *x)
 {
 	struct jv *l = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
@@ -235,6 +243,8 @@ const struct jv *sc_negate(struct sc *c, const struct jv *n, const char **why, i
 			}
 			sc_put(c, o, "allOf", 5, l);
 			sc_put(c, alts, NULL, 0, o);
+		} else if (!strcmp(k, "pattern") && v->t == JV_STR) {
+			sc_put(c, alts, NULL, 0, typed(c, "string", "\x01notPatterns", one_list(c, (struct jv *)v)));
 		} else if (!strcmp(k, "uniqueItems") && v->t == JV_BOOL && !v->b) {
 			continue;
 		} else if (!strcmp(k, "format") || sc_in(k, sc_annotations) || !sc_in(k, sc_validation)) {
