@@ -488,9 +488,9 @@ static int cmp_u32(const void *a, const void *b)
 static void closure(const struct gm_dfa *d, const int *first, uint64_t *set, int *stack, bool bol, bool eol)
 {
 	int sp = 0;
-	for (int s = 0; s < d->n_st; s++)
-		if (set[s >> 6] >> (s & 63) & 1)
-			stack[sp++] = s;
+	for (int w = 0; w < (d->n_st + 63) / 64; w++)
+		for (uint64_t x = set[w]; x; x &= x - 1)
+			stack[sp++] = w * 64 + __builtin_ctzll(x);
 	while (sp) {
 		int s = stack[--sp];
 		for (int k = first[s]; k < first[s + 1]; k++) {
@@ -524,6 +524,16 @@ static int atom_of(const struct gm_dfa *d, uint32_t c)
 	return lo;
 }
 
+static uint64_t hash(const uint64_t *w, size_t n)
+{
+	uint64_t h = 0x9E3779B97F4A7C15ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ w[i]) * 0x100000001B3ull, h ^= h >> 29;
+	return h;
+}
+
+#define HT_SIZE 8192 /* > 2 * DFA_MAX: open addressing stays short */
+
 static bool build(struct gm_dfa *d, int start)
 {
 	/* edges by source */
@@ -536,8 +546,12 @@ static bool build(struct gm_dfa *d, int start)
 	uint32_t *b = malloc(nb * sizeof *b);
 	size_t words = (d->n_st + 63) / 64;
 	uint64_t *sets = NULL, *T = NULL, *tmp = malloc(words * 8);
-	if (!first || !stack || !b || !tmp)
+	int *ht = malloc(HT_SIZE * sizeof *ht), *seen = NULL; /* DFA states by set; atoms by raw target */
+	uint64_t *th = NULL;
+	if (!first || !stack || !b || !tmp || !ht)
 		goto oom;
+	for (int i = 0; i < HT_SIZE; i++)
+		ht[i] = -1;
 	for (int k = 0; k < d->n_e; k++)
 		first[d->e[k].from + 1]++;
 	for (int s = 0; s < d->n_st; s++)
@@ -563,7 +577,9 @@ static bool build(struct gm_dfa *d, int start)
 	d->tag = malloc(cap * sizeof *d->tag);
 	d->next = malloc((size_t)cap * d->n_atom * sizeof *d->next);
 	T = malloc((size_t)d->n_atom * words * 8);
-	if (!sets || !d->tag || !d->next || !T)
+	th = malloc((size_t)d->n_atom * sizeof *th);
+	seen = malloc(HT_SIZE * sizeof *seen);
+	if (!sets || !d->tag || !d->next || !T || !th || !seen)
 		goto oom;
 	memset(sets, 0, words * 8);
 	sets[start >> 6] |= 1ull << (start & 63);
@@ -592,6 +608,8 @@ static bool build(struct gm_dfa *d, int start)
 						T[a * words + (e->to >> 6)] |= 1ull << (e->to & 63);
 			}
 		}
+		for (int k = 0; k < HT_SIZE; k++)
+			seen[k] = -1;
 		for (int a = 0; a < d->n_atom; a++) {
 			uint64_t *t = T + a * words;
 			int *nx = &d->next[(size_t)i * d->n_atom + a];
@@ -599,6 +617,16 @@ static bool build(struct gm_dfa *d, int start)
 				*nx = nx[-1];
 				continue;
 			}
+			/* an atom before with the same raw targets: the same state */
+			th[a] = hash(t, words);
+			size_t slot = th[a] % HT_SIZE;
+			while (seen[slot] >= 0 && (th[seen[slot]] != th[a] || memcmp(T + seen[slot] * words, t, words * 8)))
+				slot = (slot + 1) % HT_SIZE;
+			if (seen[slot] >= 0) {
+				*nx = d->next[(size_t)i * d->n_atom + seen[slot]];
+				continue;
+			}
+			seen[slot] = a;
 			bool none = true;
 			for (size_t w = 0; w < words && none; w++)
 				none = !t[w];
@@ -608,10 +636,13 @@ static bool build(struct gm_dfa *d, int start)
 			}
 			memcpy(tmp, t, words * 8);
 			closure(d, first, tmp, stack, false, false);
-			int j = 1; /* state 0 is the start; never a target by its set */
-			while (j < d->n_d && memcmp(sets + j * words, tmp, words * 8))
-				j++;
+			/* state 0 is the start (^ holds there): never a target */
+			size_t hs = hash(tmp, words) % HT_SIZE;
+			while (ht[hs] >= 0 && memcmp(sets + ht[hs] * words, tmp, words * 8))
+				hs = (hs + 1) % HT_SIZE;
+			int j = ht[hs] >= 0 ? ht[hs] : d->n_d;
 			if (j == d->n_d) {
+				ht[hs] = j;
 				if (d->n_d == DFA_MAX) {
 					fail(d, "pattern too complex (automaton over 3000 states)", 0);
 					goto out;
@@ -642,7 +673,7 @@ static bool build(struct gm_dfa *d, int start)
 oom:
 	fail(d, "out of memory", 0);
 out:
-	free(first), free(stack), free(b), free(sets), free(T), free(tmp);
+	free(first), free(stack), free(b), free(sets), free(T), free(tmp), free(ht), free(seen), free(th);
 	return !d->failed;
 }
 

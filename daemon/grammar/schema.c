@@ -146,7 +146,7 @@ bool sc_in(const char *k, const char *const *list)
 }
 
 static const char *const refused[] = {
-	"contains", "minContains", "maxContains", "unevaluatedProperties",
+	"minContains", "maxContains", "unevaluatedProperties",
 	"unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL
 };
 
@@ -736,8 +736,37 @@ static bool pats_add(struct sc *c, struct pats *p, const char *re, size_t len, b
 
 /* The contents of the strings that match the positive patterns, none of
  * the negative ones, with mn..mx characters. */
+#define SC_MAX_AUTOM 256
+
 static int32_t pats_string(struct sc *c, const struct pats *p, long mn, long mx)
 {
+	/* the same patterns and length again (anyOf branches merged with
+	 * their siblings repeat them): the same nonterminal */
+	struct gbuf k = { 0 };
+	char h[64];
+	gbuf_put(&k, h, (size_t)snprintf(h, sizeof h, "%ld %ld %u|", mn, mx, p->neg));
+	for (int i = 0; i < p->n; i++) {
+		gbuf_put(&k, p->re[i], p->len[i]);
+		gbuf_putc(&k, 0);
+	}
+	for (int i = 0; !k.oom && i < c->n_autom; i++)
+		if (c->autom[i].len == k.n && !memcmp(c->autom[i].key, k.p, k.n)) {
+			free(k.p);
+			return c->autom[i].sym;
+		}
+	if (k.oom || c->n_autom == SC_MAX_AUTOM) {
+		free(k.p);
+		return k.oom ? (gmb_fail(c->b, "out of memory"), 0) :
+			       (sc_err(c, "more than 256 pattern automata in one schema%s", ""), 0);
+	}
+	if (!c->autom && !(c->autom = calloc(SC_MAX_AUTOM, sizeof *c->autom))) {
+		free(k.p);
+		return gmb_fail(c->b, "out of memory"), 0;
+	}
+	int32_t nt = gmb_nt(c->b);
+	c->autom[c->n_autom].key = k.p;
+	c->autom[c->n_autom].len = k.n;
+	c->autom[c->n_autom++].sym = nt;
 	char err[160];
 	struct gm_dfa *d = gm_dfa_new(p->re, p->len, p->n, err, sizeof err);
 	if (!d)
@@ -745,7 +774,9 @@ static int32_t pats_string(struct sc *c, const struct pats *p, long mn, long mx)
 	uint32_t all = p->n == 32 ? ~0u : (1u << p->n) - 1;
 	int32_t s = gm_dfa_string(c->b, d, all & ~p->neg, p->neg, mn, mx);
 	gm_dfa_free(d);
-	return s;
+	if (s)
+		gmb_prod(c->b, nt, &s, 1);
+	return s ? nt : 0;
 }
 
 static const char *format_re(const struct jv *fmt)
@@ -831,6 +862,18 @@ static int32_t array(struct sc *c, const struct jv *s)
 	 * valid array is accepted, and so are some with repeated items */
 	if (mn > 100000 || mx > 100000)
 		return sc_err(c, "'%s' above 100000", mn > 100000 ? "minItems" : "maxItems"), 0;
+	const struct jv *has = jv_get(s, "contains");
+	if (has && !(has->t == JV_OBJ && has->n == 0) && !sc_true(has)) {
+		/* items* (items and contains) items*: some element is one */
+		if ((prefix && prefix->t == JV_ARR && prefix->n) || mn > 1 || mx >= 0)
+			return sc_err(c, "unsupported keyword '%s' (with prefixItems, minItems > 1 or maxItems)",
+				      "contains"), 0;
+		int32_t item = !items || sc_true(items) ? json_any(c) : sym(c, items);
+		const struct jv *both = items && items->t != JV_ARR ? sc_pair(c, items, has) : has;
+		int32_t one = both ? sym(c, both) : 0, before = gmb_rep(c->b, seq2(c, item, L(c, ",")), 0, -1);
+		int32_t after = gmb_rep(c->b, seq2(c, L(c, ","), item), 0, -1);
+		return c->b->failed ? 0 : seq3(c, L(c, "["), seq3(c, before, one, after), L(c, "]"));
+	}
 	int k = prefix && prefix->t == JV_ARR ? prefix->n : 0;
 	if (mx >= 0 && k > mx)
 		k = (int)mx;
@@ -1294,6 +1337,10 @@ static void merge_into(struct sc *c, struct jv *res, const struct jv *s, int dep
 			sc_put(c, res, "\x01patterns", 9, l);
 			continue;
 		}
+		if (!strcmp(k, "const")) { /* two different values: nothing */
+			sc_put(c, res, "not", 3, sc_new(c, JV_OBJ));
+			continue;
+		}
 		if (!strcmp(k, "not")) { /* not a and not b: not (a or b) */
 			struct jv *l = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
 			if (!l || !o)
@@ -1433,6 +1480,71 @@ static int32_t by_type(struct sc *c, const struct jv *s)
 
 static int32_t body(struct sc *c, const struct jv *s);
 
+static size_t n_chars(const char *s, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += ((unsigned char)s[i] & 0xC0) != 0x80;
+	return k;
+}
+
+/* An enum/const value against the sibling keywords it can be checked
+ * against here: type, the other list, lengths, pattern, bounds, counts,
+ * required. The rest of the siblings are not checked (docs/grammar.md). */
+static bool value_fits(const struct jv *s, const struct jv *v, const struct jv *other)
+{
+	static const char *const tn[] = { [JV_NULL] = "null", [JV_BOOL] = "boolean", [JV_NUM] = "number",
+					  [JV_STR] = "string", [JV_ARR] = "array", [JV_OBJ] = "object" };
+	const struct jv *t = jv_get(s, "type"), *x;
+	if (t) {
+		const struct jv *one[1] = { t };
+		const struct jv *const *l = t->t == JV_ARR ? (const struct jv *const *)t->a : one;
+		bool ok = false;
+		for (int i = 0; i < (t->t == JV_ARR ? t->n : 1) && !ok; i++)
+			ok = l[i]->t == JV_STR && (!strcmp(l[i]->s, tn[v->t]) ||
+						   (v->t == JV_NUM && !strcmp(l[i]->s, "integer") && v->num == floor(v->num)));
+		if (!ok)
+			return false;
+	}
+	if (other) {
+		bool in_other = false;
+		for (int i = 0; i < other->n && !in_other; i++)
+			in_other = jv_equal(other->a[i], v);
+		if (!in_other)
+			return false;
+	}
+	double d;
+	if (v->t == JV_STR) {
+		size_t n = n_chars(v->s, v->len);
+		if (((x = jv_get(s, "minLength")) && x->t == JV_NUM && n < x->num) ||
+		    ((x = jv_get(s, "maxLength")) && x->t == JV_NUM && n > x->num))
+			return false;
+		if ((x = jv_get(s, "pattern")) && x->t == JV_STR && !pattern_matches(x->s, x->len, v->s, v->len))
+			return false;
+	}
+	if (v->t == JV_NUM) {
+		d = v->num;
+		if (((x = jv_get(s, "minimum")) && x->t == JV_NUM && d < x->num) ||
+		    ((x = jv_get(s, "maximum")) && x->t == JV_NUM && d > x->num) ||
+		    ((x = jv_get(s, "exclusiveMinimum")) && x->t == JV_NUM && d <= x->num) ||
+		    ((x = jv_get(s, "exclusiveMaximum")) && x->t == JV_NUM && d >= x->num))
+			return false;
+	}
+	if (v->t == JV_ARR && (((x = jv_get(s, "minItems")) && x->t == JV_NUM && v->n < x->num) ||
+			       ((x = jv_get(s, "maxItems")) && x->t == JV_NUM && v->n > x->num)))
+		return false;
+	if (v->t == JV_OBJ) {
+		if (((x = jv_get(s, "minProperties")) && x->t == JV_NUM && v->n < x->num) ||
+		    ((x = jv_get(s, "maxProperties")) && x->t == JV_NUM && v->n > x->num))
+			return false;
+		x = jv_get(s, "required");
+		for (int i = 0; x && x->t == JV_ARR && i < x->n; i++)
+			if (x->a[i]->t == JV_STR && !jv_get(v, x->a[i]->s))
+				return false;
+	}
+	return true;
+}
+
 static int32_t body(struct sc *c, const struct jv *s)
 {
 	if (s->t == JV_BOOL)
@@ -1505,19 +1617,18 @@ static int32_t body(struct sc *c, const struct jv *s)
 		return a;
 	}
 	const struct jv *k = jv_get(s, "const"), *en = jv_get(s, "enum");
-	if (k)
-		return lit_value(c, k);
-	if (en) {
-		if (en->t != JV_ARR)
-			return sc_err(c, "'%s' must be an array", "enum"), 0;
-		if (en->n == 0)
-			return gmb_none(c->b);
-		int32_t *alts = malloc(en->n * sizeof *alts);
+	if (en && en->t != JV_ARR)
+		return sc_err(c, "'%s' must be an array", "enum"), 0;
+	if (k || en) {
+		const struct jv *const *vals = k ? &k : (const struct jv *const *)en->a;
+		int nv = k ? 1 : en->n, m = 0;
+		int32_t *alts = malloc((nv + 1) * sizeof *alts);
 		if (!alts)
 			return gmb_fail(c->b, "out of memory"), 0;
-		for (int i = 0; i < en->n; i++)
-			alts[i] = lit_value(c, en->a[i]);
-		int32_t a = gmb_alt(c->b, alts, en->n);
+		for (int i = 0; i < nv && !c->b->failed; i++)
+			if (value_fits(s, vals[i], k && en ? en : NULL))
+				alts[m++] = lit_value(c, vals[i]);
+		int32_t a = c->b->failed ? 0 : m ? gmb_alt(c->b, alts, m) : gmb_none(c->b);
 		free(alts);
 		return a;
 	}
@@ -1566,6 +1677,9 @@ int32_t gm_schema(struct gm_b *b, const char *src, size_t len)
 		gmb_fail(b, "JSON Schema: %s", err);
 	else
 		s = sym(&c, c.root);
+	for (int i = 0; i < c.n_autom; i++)
+		free(c.autom[i].key);
+	free(c.autom);
 	free(c.memo);
 	jv_arena_free(c.a);
 	return s;

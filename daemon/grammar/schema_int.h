@@ -17,6 +17,8 @@ struct sc {
 	int n_memo, cap_memo;
 	int32_t any, string, number, integer, jchar;
 	int depth;
+	struct { char *key; size_t len; int32_t sym; } *autom; /* strings by automaton, by content */
+	int n_autom;
 };
 
 /* Keywords that constrain instances, and those that only annotate. */

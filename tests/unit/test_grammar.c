@@ -122,6 +122,10 @@ static const struct { const char *schema; const char *yes[4], *no[4]; } kw[] = {
 	{ "{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":3}}", { "{\"abc\":1}", "{}" },
 	  { "{\"abcd\":1}", "{\"A\":1}" } },
 	{ "{\"type\":\"object\",\"propertyNames\":{\"enum\":[\"x\",\"y\"]}}", { "{\"x\":1,\"y\":2}" }, { "{\"z\":1}" } },
+	{ "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":5}}", { "[5]", "[1,2,7,3]", "[9,1]" },
+	  { "[]", "[1,2]", "[\"a\",6]" } },
+	{ "{\"allOf\":[{\"const\":1},{\"const\":2}]}", { 0 }, { "1", "2" } },
+	{ "{\"type\":\"string\",\"enum\":[\"ab\",\"abc\",1],\"maxLength\":2}", { "\"ab\"" }, { "\"abc\"", "1" } },
 	{ "{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"integer\"}}", { "[1,2]", "[]" }, { "[\"a\"]" } },
 };
 
@@ -176,7 +180,7 @@ END_TEST
 START_TEST(test_refusals_name_what)
 {
 	static const struct { enum gm_kind k; const char *src, *want; } bad[] = {
-		{ GM_JSON_SCHEMA, "{\"contains\":{},\"type\":\"array\"}", "contains" },
+		{ GM_JSON_SCHEMA, "{\"contains\":{\"type\":\"null\"},\"maxItems\":3,\"type\":\"array\"}", "contains" },
 		{ GM_JSON_SCHEMA, "{\"if\":{\"uniqueItems\":true},\"then\":{\"minItems\":1}}", "'if'" },
 		{ GM_JSON_SCHEMA, "{\"not\":{\"multipleOf\":3}}", "'not'" },
 		{ GM_JSON_SCHEMA, "{\"$ref\":\"http://x/y.json\"}", "$ref" },
