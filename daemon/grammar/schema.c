@@ -676,10 +676,14 @@ static int32_t number(struct sc *c, const struct jv *s)
 static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth);
 static uint32_t cp_at(const char *s, size_t n, size_t *len);
 
+/* RFC 3339 full-date: days per month, February 29 in leap years only */
+#define DATE "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|" \
+	     "02-(0[1-9]|1[0-9]|2[0-8]))|([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
+
 static const struct { const char *name, *re; } formats[] = {
-	{ "date", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$" },
+	{ "date", "^" DATE "$" },
 	{ "time", "^([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$" },
-	{ "date-time", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$" },
+	{ "date-time", "^" DATE "[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$" },
 	{ "uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$" },
 	{ "email", "^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*$" },
 	{ "uri", "^[a-zA-Z][a-zA-Z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]*$" },
@@ -1545,6 +1549,41 @@ static bool value_fits(const struct jv *s, const struct jv *v, const struct jv *
 	return true;
 }
 
+#define ONEOF_MAX_ALTS 16
+
+/* oneOf exactly: branch i and not any other. The negations of the
+ * branches, or NULL (then oneOf is read as anyOf) when one cannot be said
+ * or the branches would multiply past ONEOF_MAX_ALTS. */
+static const struct jv **one_of_negs(struct sc *c, const struct jv *l)
+{
+	const struct jv **negs = calloc(l->n, sizeof *negs);
+	int *alts = calloc(l->n, sizeof *alts);
+	bool ok = negs && alts && l->n <= 8;
+	for (int j = 0; ok && j < l->n; j++) {
+		const char *why;
+		negs[j] = sc_negate(c, l->a[j], &why, 0);
+		if (c->b->failed) /* a merge it needed failed: not an error here */
+			c->b->failed = false, negs[j] = NULL;
+		const struct jv *any = negs[j] ? jv_get(negs[j], "anyOf") : NULL;
+		alts[j] = any && any->t == JV_ARR ? any->n : 1;
+		ok = negs[j] != NULL;
+	}
+	long total = 0;
+	for (int i = 0; ok && i < l->n; i++) {
+		long p = 1;
+		for (int j = 0; j < l->n && p <= ONEOF_MAX_ALTS; j++)
+			if (j != i)
+				p *= alts[j];
+		total += p;
+	}
+	free(alts);
+	if (!ok || total > ONEOF_MAX_ALTS) {
+		free(negs);
+		return NULL;
+	}
+	return negs;
+}
+
 static int32_t body(struct sc *c, const struct jv *s)
 {
 	if (s->t == JV_BOOL)
@@ -1600,11 +1639,24 @@ static int32_t body(struct sc *c, const struct jv *s)
 				sc_put(c, rest, s->keys[i], s->klen[i], s->a[i]);
 				siblings |= !sc_in(s->keys[i], sc_annotations);
 			}
+		const struct jv **negs = !strcmp(which, "oneOf") ? one_of_negs(c, l) : NULL;
 		int32_t *alts = malloc(l->n * sizeof *alts);
-		if (!alts)
+		const struct jv **br = malloc((l->n + 2) * sizeof *br);
+		if (!alts || !br) {
+			free(alts), free(br), free(negs);
 			return gmb_fail(c->b, "out of memory"), 0;
+		}
 		for (int i = 0; i < l->n && !c->b->failed; i++) {
-			if (!siblings) {
+			if (negs) { /* this branch and none of the others */
+				int np = 0;
+				br[np++] = rest;
+				br[np++] = l->a[i];
+				for (int j = 0; j < l->n; j++)
+					if (j != i)
+						br[np++] = negs[j];
+				const struct jv *m = sc_merge(c, br, np);
+				alts[i] = m ? sym(c, m) : 0;
+			} else if (!siblings) {
 				alts[i] = sym(c, l->a[i]);
 			} else {
 				const struct jv *parts[2] = { rest, l->a[i] };
@@ -1613,7 +1665,7 @@ static int32_t body(struct sc *c, const struct jv *s)
 			}
 		}
 		int32_t a = c->b->failed ? 0 : gmb_alt(c->b, alts, l->n);
-		free(alts);
+		free(alts), free(br), free(negs);
 		return a;
 	}
 	const struct jv *k = jv_get(s, "const"), *en = jv_get(s, "enum");

@@ -125,6 +125,11 @@ static const struct { const char *schema; const char *yes[4], *no[4]; } kw[] = {
 	{ "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":5}}", { "[5]", "[1,2,7,3]", "[9,1]" },
 	  { "[]", "[1,2]", "[\"a\",6]" } },
 	{ "{\"allOf\":[{\"const\":1},{\"const\":2}]}", { 0 }, { "1", "2" } },
+	{ "{\"type\":\"object\",\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", { "{\"a\":1}", "{\"b\":1}" },
+	  { "{\"a\":1,\"b\":2}", "{}" } },
+	{ "{\"oneOf\":[{\"type\":\"string\"},{\"minLength\":2}]}", { "\"a\"", "1" }, { "\"ab\"" } },
+	{ "{\"type\":\"string\",\"format\":\"date\"}", { "\"2024-02-29\"", "\"2000-02-29\"", "\"2023-04-30\"" },
+	  { "\"2023-02-29\"", "\"1900-02-29\"", "\"2023-04-31\"" } },
 	{ "{\"type\":\"string\",\"enum\":[\"ab\",\"abc\",1],\"maxLength\":2}", { "\"ab\"" }, { "\"abc\"", "1" } },
 	{ "{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"integer\"}}", { "[1,2]", "[]" }, { "[\"a\"]" } },
 };
