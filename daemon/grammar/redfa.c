@@ -884,3 +884,22 @@ out:
 	free(l), free(nt), free(sym), free(queue), free(gsym), free(gto), free(ng);
 	return res;
 }
+
+uint32_t gm_dfa_match(const struct gm_dfa *d, const char *s, size_t n)
+{
+	int st = 0;
+	for (size_t i = 0; i < n && st >= 0;) {
+		uint32_t c = (unsigned char)s[i];
+		int l = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+		if (i + l > n)
+			l = 1;
+		if (l > 1) {
+			c &= l == 2 ? 0x1F : l == 3 ? 0x0F : 0x07;
+			for (int k = 1; k < l; k++)
+				c = c << 6 | ((unsigned char)s[i + k] & 0x3F);
+		}
+		i += l;
+		st = d->next[(size_t)st * d->n_atom + atom_of(d, c)];
+	}
+	return st < 0 ? 0 : d->tag[st];
+}

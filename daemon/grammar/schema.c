@@ -187,34 +187,6 @@ static int32_t lit_value(struct sc *c, const struct jv *v)
 	return s;
 }
 
-static int32_t L(struct sc *c, const char *s)
-{
-	return gmb_lit(c->b, s, strlen(s));
-}
-
-static int32_t seq2(struct sc *c, int32_t x, int32_t y)
-{
-	int32_t v[2] = { x, y };
-	return gmb_seq(c->b, v, 2);
-}
-
-static int32_t seq3(struct sc *c, int32_t x, int32_t y, int32_t z)
-{
-	int32_t v[3] = { x, y, z };
-	return gmb_seq(c->b, v, 3);
-}
-
-static int32_t alt2(struct sc *c, int32_t x, int32_t y)
-{
-	int32_t v[2] = { x, y };
-	return gmb_alt(c->b, v, 2);
-}
-
-static int32_t digits(struct sc *c, char lo, char hi)
-{
-	return gmb_bytes(c->b, (uint8_t)lo, (uint8_t)hi);
-}
-
 static int32_t jchar(struct sc *c)
 {
 	if (!c->jchar) {
@@ -229,34 +201,8 @@ static int32_t jchar(struct sc *c)
 static int32_t json_string(struct sc *c)
 {
 	if (!c->string)
-		c->string = seq3(c, L(c, "\""), gmb_rep(c->b, jchar(c), 0, -1), L(c, "\""));
+		c->string = sc_seq3(c, sc_lit(c, "\""), gmb_rep(c->b, jchar(c), 0, -1), sc_lit(c, "\""));
 	return c->string;
-}
-
-/* -?(0|[1-9][0-9]*) */
-static int32_t json_int(struct sc *c)
-{
-	if (!c->integer) {
-		int32_t nat = alt2(c, L(c, "0"), seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), 0, -1)));
-		c->integer = seq2(c, gmb_rep(c->b, L(c, "-"), 0, 1), nat);
-	}
-	return c->integer;
-}
-
-static int32_t frac_exp(struct sc *c)
-{
-	int32_t d = gmb_rep(c->b, digits(c, '0', '9'), 1, -1);
-	int32_t frac = gmb_rep(c->b, seq2(c, L(c, "."), d), 0, 1);
-	int32_t sign = gmb_rep(c->b, gmb_alt(c->b, (int32_t[]){ L(c, "+"), L(c, "-") }, 2), 0, 1);
-	int32_t exp = gmb_rep(c->b, seq3(c, gmb_alt(c->b, (int32_t[]){ L(c, "e"), L(c, "E") }, 2), sign, d), 0, 1);
-	return seq2(c, frac, exp);
-}
-
-static int32_t json_number(struct sc *c)
-{
-	if (!c->number)
-		c->number = seq2(c, json_int(c), frac_exp(c));
-	return c->number;
 }
 
 static int32_t json_any(struct sc *c)
@@ -265,410 +211,15 @@ static int32_t json_any(struct sc *c)
 		return c->any;
 	c->any = gmb_nt(c->b);
 	int32_t v = c->any, str = json_string(c);
-	int32_t comma_v = seq2(c, L(c, ","), v);
-	int32_t arr = seq3(c, L(c, "["), gmb_rep(c->b, seq2(c, v, gmb_rep(c->b, comma_v, 0, -1)), 0, 1), L(c, "]"));
-	int32_t kv = seq3(c, str, L(c, ":"), v);
-	int32_t obj = seq3(c, L(c, "{"), gmb_rep(c->b, seq2(c, kv, gmb_rep(c->b, seq2(c, L(c, ","), kv), 0, -1)), 0, 1),
-			   L(c, "}"));
-	int32_t alts[] = { obj, arr, str, json_number(c), L(c, "true"), L(c, "false"), L(c, "null") };
+	int32_t comma_v = sc_seq2(c, sc_lit(c, ","), v);
+	int32_t arr = sc_seq3(c, sc_lit(c, "["), gmb_rep(c->b, sc_seq2(c, v, gmb_rep(c->b, comma_v, 0, -1)), 0, 1), sc_lit(c, "]"));
+	int32_t kv = sc_seq3(c, str, sc_lit(c, ":"), v);
+	int32_t obj = sc_seq3(c, sc_lit(c, "{"), gmb_rep(c->b, sc_seq2(c, kv, gmb_rep(c->b, sc_seq2(c, sc_lit(c, ","), kv), 0, -1)), 0, 1),
+			   sc_lit(c, "}"));
+	int32_t alts[] = { obj, arr, str, sc_json_number(c), sc_lit(c, "true"), sc_lit(c, "false"), sc_lit(c, "null") };
 	for (int i = 0; i < 7; i++)
 		gmb_prod(c->b, v, &alts[i], 1);
 	return v;
-}
-
-/* ---- integers in a range ---------------------------------------------- */
-
-/* Decimal strings of equal length n from lo to hi. */
-static int32_t dig_range(struct sc *c, const char *lo, const char *hi, int n)
-{
-	if (n == 0)
-		return gmb_eps(c->b);
-	if (lo[0] == hi[0])
-		return seq2(c, gmb_byte(c->b, (uint8_t)lo[0]), dig_range(c, lo + 1, hi + 1, n - 1));
-	char zeros[24], nines[24];
-	memset(zeros, '0', n - 1);
-	memset(nines, '9', n - 1);
-	bool lo_min = !memcmp(lo + 1, zeros, n - 1), hi_max = !memcmp(hi + 1, nines, n - 1);
-	int32_t alts[3];
-	int k = 0;
-	char first = lo_min ? lo[0] : lo[0] + 1, last = hi_max ? hi[0] : hi[0] - 1;
-	if (!lo_min)
-		alts[k++] = seq2(c, gmb_byte(c->b, (uint8_t)lo[0]), dig_range(c, lo + 1, nines, n - 1));
-	if (first <= last)
-		alts[k++] = seq2(c, digits(c, first, last), gmb_rep(c->b, digits(c, '0', '9'), n - 1, n - 1));
-	if (!hi_max)
-		alts[k++] = seq2(c, gmb_byte(c->b, (uint8_t)hi[0]), dig_range(c, zeros, hi + 1, n - 1));
-	return gmb_alt(c->b, alts, k);
-}
-
-/* Naturals from lo to hi (hi < 0: no bound), without leading zeros. */
-static int32_t nat_range(struct sc *c, long long lo, long long hi)
-{
-	char a[24], z[24];
-	int la = snprintf(a, sizeof a, "%lld", lo);
-	int lz = hi < 0 ? la : snprintf(z, sizeof z, "%lld", hi);
-	int32_t alts[24];
-	int k = 0;
-	for (int len = la; len <= lz; len++) {
-		char from[24], to[24];
-		if (len == la)
-			memcpy(from, a, la + 1);
-		else
-			snprintf(from, sizeof from, "1%0*d", len - 1, 0);
-		if (hi >= 0 && len == lz)
-			memcpy(to, z, lz + 1);
-		else
-			memset(to, '9', len), to[len] = 0;
-		alts[k++] = dig_range(c, from, to, len);
-	}
-	if (hi < 0)
-		alts[k++] = seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), la, -1));
-	return gmb_alt(c->b, alts, k);
-}
-
-#define BIG 1e17
-
-static int32_t int_range(struct sc *c, double lo, double hi)
-{
-	/* lo/hi: inclusive integer bounds, +-INFINITY when none */
-	if (lo > hi)
-		return gmb_none(c->b);
-	int32_t alts[2];
-	int k = 0;
-	if (hi >= 0) /* the naturals */
-		alts[k++] = nat_range(c, lo > 0 ? (long long)lo : 0, isinf(hi) ? -1 : (long long)hi);
-	if (lo < 0) { /* -n for n from max(1, -hi) to -lo */
-		long long nlo = hi < -1 ? (long long)-hi : 1;
-		alts[k++] = seq2(c, L(c, "-"), nat_range(c, nlo, isinf(lo) ? -1 : (long long)-lo));
-	}
-	return gmb_alt(c->b, alts, k);
-}
-
-static bool num_kw(struct sc *c, const struct jv *s, const char *k, double *out)
-{
-	const struct jv *v = jv_get(s, k);
-	if (!v || v->t == JV_BOOL)
-		return false;
-	if (v->t != JV_NUM)
-		return sc_err(c, "'%s' is not a number", k);
-	*out = v->num;
-	return true;
-}
-
-/* Bounds of s: [lo, hi] with strictness; false when it has none. */
-static bool bounds(struct sc *c, const struct jv *s, double *lo, bool *xlo, double *hi, bool *xhi)
-{
-	*lo = -INFINITY, *hi = INFINITY, *xlo = *xhi = false;
-	double v = 0;
-	bool any = false;
-	if (num_kw(c, s, "minimum", &v))
-		*lo = v, any = true;
-	if (num_kw(c, s, "maximum", &v))
-		*hi = v, any = true;
-	if (sc_true(jv_get(s, "exclusiveMinimum")))
-		*xlo = true;
-	if (sc_true(jv_get(s, "exclusiveMaximum")))
-		*xhi = true;
-	if (num_kw(c, s, "exclusiveMinimum", &v) && v >= *lo)
-		*lo = v, *xlo = true, any = true;
-	if (num_kw(c, s, "exclusiveMaximum", &v) && v <= *hi)
-		*hi = v, *xhi = true, any = true;
-	if (fabs(*lo) > BIG && !isinf(*lo))
-		*lo = -INFINITY;
-	if (fabs(*hi) > BIG && !isinf(*hi))
-		*hi = INFINITY;
-	return any;
-}
-
-/* multipleOf as p * 10^-k: false when it is not a positive decimal */
-static bool mult_of(const struct jv *m, long long *p, int *k)
-{
-	if (m->t != JV_NUM || !(m->num > 0))
-		return false;
-	for (*k = 0; *k <= 12; (*k)++) {
-		double x = m->num * pow(10, *k), r = round(x);
-		if (fabs(x - r) <= 1e-9 * r && r < 1e9) {
-			*p = (long long)r;
-			return true;
-		}
-	}
-	return false;
-}
-
-static long long gcd(long long a, long long b)
-{
-	while (b) {
-		long long t = a % b;
-		a = b;
-		b = t;
-	}
-	return a;
-}
-
-/* Numbers (k < 0: integers) whose value * 10^k is a multiple of q: the
- * digits run a remainder automaton; fraction digits past the k-th must be
- * zeros. No exponent. */
-static int32_t multiples(struct sc *c, long long q, int k)
-{
-	int kk = k < 0 ? 0 : k;
-	int32_t *R = malloc(q * sizeof *R), *G = malloc(((size_t)kk + 1) * q * sizeof *G);
-	if (!R || !G) {
-		free(R), free(G);
-		return gmb_fail(c->b, "out of memory"), 0;
-	}
-	/* R[r]: integer digits so far leave r; G[j][r]: j fraction digits read
-	 * leave r, and at least one more digit follows */
-	for (long long r = 0; r < q; r++)
-		R[r] = gmb_nt(c->b);
-	for (size_t i = 0; i < (size_t)kk * q; i++)
-		G[i] = gmb_nt(c->b);
-	long long *p10 = malloc(((size_t)kk + 1) * sizeof *p10); /* 10^(kk - j) mod q */
-	if (!p10) {
-		free(R), free(G);
-		return gmb_fail(c->b, "out of memory"), 0;
-	}
-	p10[kk] = 1 % q;
-	for (int j = kk - 1; j >= 0; j--)
-		p10[j] = p10[j + 1] * 10 % q;
-	int32_t zeros = gmb_rep(c->b, L(c, "0"), 0, -1);
-	for (int j = 0; j < kk && !c->b->failed; j++)
-		for (long long r = 0; r < q; r++)
-			for (int d = 0; d <= 9; d++) {
-				long long r2 = (r * 10 + d) % q;
-				int32_t after;
-				if (j + 1 == kk)
-					after = r2 == 0 ? zeros : gmb_none(c->b);
-				else
-					after = r2 * p10[j + 1] % q == 0 ? alt2(c, gmb_eps(c->b), G[(j + 1) * q + r2]) :
-									  G[(j + 1) * q + r2];
-				int32_t x = seq2(c, gmb_byte(c->b, (uint8_t)('0' + d)), after);
-				gmb_prod(c->b, G[j * q + r], &x, 1);
-			}
-	int32_t *T = malloc(q * sizeof *T);
-	for (long long r = 0; T && r < q && !c->b->failed; r++) {
-		int32_t alts[2];
-		int n = 0;
-		if (r * p10[0] % q == 0)
-			alts[n++] = gmb_eps(c->b);
-		if (k == 0 && r == 0)
-			alts[n++] = seq3(c, L(c, "."), L(c, "0"), zeros);
-		else if (k > 0)
-			alts[n++] = seq2(c, L(c, "."), G[r]);
-		T[r] = n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
-		gmb_prod(c->b, R[r], &T[r], 1);
-		for (int d = 0; d <= 9; d++) {
-			int32_t x = seq2(c, gmb_byte(c->b, (uint8_t)('0' + d)), R[(r * 10 + d) % q]);
-			gmb_prod(c->b, R[r], &x, 1);
-		}
-	}
-	int32_t first[10] = { 0 };
-	if (T) {
-		first[0] = seq2(c, L(c, "0"), T[0]);
-		for (int d = 1; d <= 9; d++)
-			first[d] = seq2(c, gmb_byte(c->b, (uint8_t)('0' + d)), R[d % q]);
-	}
-	free(R), free(G), free(T), free(p10);
-	if (!T)
-		return gmb_fail(c->b, "out of memory"), 0;
-	return seq2(c, gmb_rep(c->b, L(c, "-"), 0, 1), gmb_alt(c->b, first, 10));
-}
-
-/* A bound as an exact decimal: |v| = ip.fr (fr without trailing zeros). */
-struct dec {
-	long long ip;
-	char fr[32];
-	bool neg;
-};
-
-static bool dec_of(const struct jv *v, struct dec *d)
-{
-	char dig[80];
-	int nd = 0, point = -1, i = 0;
-	long e = 0;
-	const char *t = v->s;
-	memset(d, 0, sizeof *d);
-	if (t[i] == '-')
-		d->neg = true, i++;
-	for (; t[i] && t[i] != 'e' && t[i] != 'E'; i++) {
-		if (t[i] == '.')
-			point = nd;
-		else if (nd < 70)
-			dig[nd++] = t[i];
-		else
-			return false;
-	}
-	if (t[i])
-		e = strtol(t + i + 1, NULL, 10);
-	if (point < 0)
-		point = nd;
-	point += (int)e;
-	if (point > 17 || point < -30)
-		return false;
-	/* digits dig[0..nd) with the decimal point before index point */
-	for (int k = 0; k < point; k++)
-		d->ip = d->ip * 10 + (k < nd ? dig[k] - '0' : 0);
-	int n = 0;
-	for (int k = point < 0 ? point : point; k < nd; k++) {
-		if (n >= 31)
-			return false;
-		d->fr[n++] = k < 0 ? '0' : dig[k];
-	}
-	while (n > 0 && d->fr[n - 1] == '0')
-		n--;
-	d->fr[n] = 0;
-	return true;
-}
-
-/* Digit strings S (fd >= 0: only zeros past fd digits) with lo <= 0.S <= hi,
- * either end strict, NULL for none. The nonempty ones; *empty: "" is one. */
-static int32_t frac_range(struct sc *c, const char *lo, bool xlo, const char *hi, bool xhi, int fd, bool *empty)
-{
-	bool lo0 = lo && !lo[strspn(lo, "0")], hi0 = hi && !hi[strspn(hi, "0")];
-	if (lo0 && !xlo)
-		lo = NULL, lo0 = false;
-	*empty = !lo && !(hi0 && xhi);
-	int32_t d = digits(c, '0', '9');
-	int32_t tail = fd < 0 ? gmb_rep(c->b, d, 0, -1) : seq2(c, gmb_rep(c->b, d, 0, fd > 0 ? fd - 1 : 0),
-								gmb_rep(c->b, L(c, "0"), 0, -1));
-	int32_t zeros = gmb_rep(c->b, L(c, "0"), 1, -1);
-	if (hi0) /* only zeros, if anything */
-		return xhi || lo ? gmb_none(c->b) : zeros;
-	if (lo0) { /* something above zero: a nonzero digit within fd */
-		if (fd == 0)
-			return gmb_none(c->b);
-		if (!hi && fd < 0)
-			return seq3(c, gmb_rep(c->b, L(c, "0"), 0, -1), digits(c, '1', '9'), gmb_rep(c->b, d, 0, -1));
-	}
-	if (!lo && !hi)
-		return fd == 0 ? zeros : seq2(c, d, tail);
-	int32_t alts[10];
-	int n = 0;
-	for (int e = 0; e <= 9; e++) {
-		if (fd == 0 && e > 0)
-			break;
-		int l0 = lo ? (lo[0] ? lo[0] : '0') - '0' : -1, h0 = hi ? (hi[0] ? hi[0] : '0') - '0' : 10;
-		if (e < l0 || e > h0)
-			continue;
-		const char *nlo = e == l0 ? (lo[0] ? lo + 1 : lo) : NULL, *nhi = e == h0 ? (hi[0] ? hi + 1 : hi) : NULL;
-		int f = e;
-		while (f < 9 && f + 1 != l0 && f + 1 != h0 && e != l0 && e != h0 && !(fd == 0))
-			f++;
-		bool emp;
-		int32_t rest = frac_range(c, nlo, xlo, nhi, xhi, fd < 0 ? -1 : fd > 0 ? fd - 1 : 0, &emp);
-		int32_t after = emp ? alt2(c, gmb_eps(c->b), rest) : rest;
-		alts[n++] = seq2(c, digits(c, (char)('0' + e), (char)('0' + f)), after);
-		e = f;
-	}
-	return n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
-}
-
-/* ip followed by a fraction in range, "." and digits, or nothing */
-static int32_t with_frac(struct sc *c, int32_t ip, const char *lo, bool xlo, const char *hi, bool xhi, int fd)
-{
-	bool emp;
-	int32_t f = seq2(c, L(c, "."), frac_range(c, lo, xlo, hi, xhi, fd, &emp));
-	return seq2(c, ip, emp ? alt2(c, gmb_eps(c->b), f) : f);
-}
-
-/* Decimals (no sign, no exponent) y with a <= y <= b (b->ip < 0: no bound). */
-static int32_t magnitude(struct sc *c, const struct dec *a, bool xa, const struct dec *b, bool xb, int fd)
-{
-	int32_t alts[3];
-	int k = 0;
-	bool inf = b->ip < 0;
-	if (!inf && (a->ip > b->ip || (a->ip == b->ip && strcmp(a->fr, b->fr) > 0)))
-		return gmb_none(c->b);
-	if (!inf && a->ip == b->ip)
-		return with_frac(c, int_range(c, (double)a->ip, (double)a->ip), a->fr, xa, b->fr, xb, fd);
-	if (inf || a->ip + 1 <= b->ip - 1)
-		alts[k++] = with_frac(c, int_range(c, (double)a->ip + 1, inf ? INFINITY : (double)b->ip - 1), NULL, false,
-				      NULL, false, fd);
-	alts[k++] = with_frac(c, int_range(c, (double)a->ip, (double)a->ip), a->fr, xa, NULL, false, fd);
-	if (!inf)
-		alts[k++] = with_frac(c, int_range(c, (double)b->ip, (double)b->ip), NULL, false, b->fr, xb, fd);
-	return gmb_alt(c->b, alts, k);
-}
-
-/* The tighter of a bound and its exclusive form: the keyword's value. */
-static const struct jv *bound_of(const struct jv *s, bool lower, bool *x)
-{
-	const struct jv *in = jv_get(s, lower ? "minimum" : "maximum");
-	const struct jv *ex = jv_get(s, lower ? "exclusiveMinimum" : "exclusiveMaximum");
-	if (in && in->t != JV_NUM)
-		in = NULL;
-	*x = ex && ex->t == JV_BOOL && ex->b;
-	if (ex && ex->t == JV_NUM && (!in || (lower ? ex->num >= in->num : ex->num <= in->num))) {
-		*x = true;
-		return fabs(ex->num) > BIG ? NULL : ex;
-	}
-	return in && fabs(in->num) > BIG ? NULL : in;
-}
-
-static int32_t integer(struct sc *c, const struct jv *s)
-{
-	double lo, hi;
-	bool xlo, xhi;
-	const struct jv *m = jv_get(s, "multipleOf");
-	long long p = 1, q = 1;
-	int k = 0;
-	if (m && !mult_of(m, &p, &k))
-		return sc_err(c, "'%s' is not a positive number", "multipleOf"), 0;
-	if (m) {
-		long long ten = 1;
-		for (int i = 0; i < k; i++)
-			ten *= 10;
-		q = p / gcd(p, ten);
-	}
-	bool bounded = bounds(c, s, &lo, &xlo, &hi, &xhi);
-	if (q > 1) {
-		if (bounded)
-			return sc_err(c, "unsupported keyword '%s' together with bounds", "multipleOf"), 0;
-		if (q > 1000)
-			return sc_err(c, "'%s' above 1000", "multipleOf"), 0;
-		return multiples(c, q, -1);
-	}
-	if (!bounded)
-		return json_int(c);
-	lo = xlo ? floor(lo) + 1 : ceil(lo);
-	hi = xhi ? ceil(hi) - 1 : floor(hi);
-	return int_range(c, lo, hi);
-}
-
-static int32_t number(struct sc *c, const struct jv *s)
-{
-	const struct jv *m = jv_get(s, "multipleOf");
-	long long p = 1;
-	int k = -1;
-	if (m && !mult_of(m, &p, &k))
-		return sc_err(c, "'%s' is not a positive number", "multipleOf"), 0;
-	bool xlo, xhi;
-	const struct jv *lv = bound_of(s, true, &xlo), *hv = bound_of(s, false, &xhi);
-	if (m && p > 1) {
-		if (lv || hv)
-			return sc_err(c, "unsupported keyword '%s' together with bounds", "multipleOf"), 0;
-		if (p > 1000)
-			return sc_err(c, "'%s' above 1000", "multipleOf"), 0;
-		return multiples(c, p, k);
-	}
-	if (!lv && !hv && !m)
-		return json_number(c);
-	struct dec lo = { .ip = 0 }, hi = { .ip = -1 }, zero = { .ip = 0 };
-	bool has_lo = lv != NULL;
-	if ((lv && !dec_of(lv, &lo)) || (hv && !dec_of(hv, &hi)))
-		return sc_err(c, "'%s' has too many digits", lv ? "minimum" : "maximum"), 0;
-	int32_t alts[2];
-	int n = 0;
-	/* x >= 0 */
-	if (!hv || !hi.neg) {
-		bool pos_lo = has_lo && !lo.neg;
-		alts[n++] = magnitude(c, pos_lo ? &lo : &zero, pos_lo && xlo, &hi, hv && xhi, k);
-	}
-	/* x = -y, y > 0 */
-	if (!has_lo || lo.neg) {
-		struct dec a = hv && hi.neg ? hi : zero, b = has_lo ? lo : (struct dec){ .ip = -1 };
-		alts[n++] = seq2(c, L(c, "-"), magnitude(c, &a, hv && hi.neg ? xhi : true, &b, has_lo && xlo, k));
-	}
-	return n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
 }
 
 /* ---- strings ------------------------------------------------------------ */
@@ -791,6 +342,33 @@ static const char *format_re(const struct jv *fmt)
 	return NULL;
 }
 
+/* ^ or $ inside the pattern (regex.c takes them only at the ends of the
+ * top-level branches; the automaton anywhere). */
+static bool inner_anchor(const char *re, size_t n)
+{
+	int depth = 0;
+	bool cls = false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = re[i];
+		if (ch == '\\') {
+			i++;
+		} else if (cls) {
+			cls = ch != ']';
+		} else if (ch == '[') {
+			cls = true;
+		} else if (ch == '(') {
+			depth++;
+		} else if (ch == ')') {
+			depth--;
+		} else if (ch == '^' && (depth || (i && re[i - 1] != '|'))) {
+			return true;
+		} else if (ch == '$' && (depth || (i + 1 < n && re[i + 1] != '|'))) {
+			return true;
+		}
+	}
+	return false;
+}
+
 static int32_t string(struct sc *c, const struct jv *s)
 {
 	double mn = 0, mx = -1;
@@ -825,7 +403,7 @@ static int32_t string(struct sc *c, const struct jv *s)
 			if (out->a[i]->t == JV_STR)
 				k[n] = out->a[i]->s, kl[n++] = out->a[i]->len;
 		if (p.n == 0 && mn <= 0 && mx < 0) { /* the plain case: a trie */
-			int32_t r = k && kl ? seq2(c, L(c, "\""), other_name(c, k, kl, n, 0, 0)) : 0;
+			int32_t r = k && kl ? sc_seq2(c, sc_lit(c, "\""), other_name(c, k, kl, n, 0, 0)) : 0;
 			free(k);
 			free(kl);
 			return r ? r : (gmb_fail(c->b, "out of memory"), 0);
@@ -839,13 +417,13 @@ static int32_t string(struct sc *c, const struct jv *s)
 	if (c->b->failed)
 		return 0;
 	int32_t body;
-	if (p.n == 1 && !p.neg && mn <= 0 && mx < 0)
+	if (p.n == 1 && !p.neg && mn <= 0 && mx < 0 && !inner_anchor(p.re[0], p.len[0]))
 		body = gm_regex(c->b, p.re[0], p.len[0], true);
 	else if (p.n)
 		body = pats_string(c, &p, (long)mn, mx < 0 ? -1 : (long)mx);
 	else
 		body = gmb_rep(c->b, jchar(c), (long)mn, mx < 0 ? -1 : (long)mx);
-	return seq3(c, L(c, "\""), body, L(c, "\""));
+	return sc_seq3(c, sc_lit(c, "\""), body, sc_lit(c, "\""));
 }
 
 /* ---- arrays ------------------------------------------------------------- */
@@ -874,36 +452,36 @@ static int32_t array(struct sc *c, const struct jv *s)
 				      "contains"), 0;
 		int32_t item = !items || sc_true(items) ? json_any(c) : sym(c, items);
 		const struct jv *both = items && items->t != JV_ARR ? sc_pair(c, items, has) : has;
-		int32_t one = both ? sym(c, both) : 0, before = gmb_rep(c->b, seq2(c, item, L(c, ",")), 0, -1);
-		int32_t after = gmb_rep(c->b, seq2(c, L(c, ","), item), 0, -1);
-		return c->b->failed ? 0 : seq3(c, L(c, "["), seq3(c, before, one, after), L(c, "]"));
+		int32_t one = both ? sym(c, both) : 0, before = gmb_rep(c->b, sc_seq2(c, item, sc_lit(c, ",")), 0, -1);
+		int32_t after = gmb_rep(c->b, sc_seq2(c, sc_lit(c, ","), item), 0, -1);
+		return c->b->failed ? 0 : sc_seq3(c, sc_lit(c, "["), sc_seq3(c, before, one, after), sc_lit(c, "]"));
 	}
 	int k = prefix && prefix->t == JV_ARR ? prefix->n : 0;
 	if (mx >= 0 && k > mx)
 		k = (int)mx;
 	bool tail_ok = mx < 0 || mx > k;
 	int32_t item = !items || sc_true(items) ? json_any(c) : sym(c, items);
-	int32_t comma_item = seq2(c, L(c, ","), item);
+	int32_t comma_item = sc_seq2(c, sc_lit(c, ","), item);
 	long lo = mn > k ? mn - k : 0, hi = mx < 0 ? -1 : mx - k;
 	int32_t tf, ta; /* the tail, first in the array / after an element */
 	if (!tail_ok || (items && items->t == JV_BOOL && !items->b)) {
 		tf = ta = lo == 0 ? gmb_eps(c->b) : gmb_none(c->b);
 	} else {
 		ta = gmb_rep(c->b, comma_item, lo, hi);
-		int32_t some = seq2(c, item, gmb_rep(c->b, comma_item, lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1));
-		tf = lo == 0 ? alt2(c, gmb_eps(c->b), some) : some;
+		int32_t some = sc_seq2(c, item, gmb_rep(c->b, comma_item, lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1));
+		tf = lo == 0 ? sc_alt2(c, gmb_eps(c->b), some) : some;
 	}
 	for (int i = k - 1; i >= 0 && !c->b->failed; i--) {
 		int32_t e = sym(c, prefix->a[i]);
-		int32_t nf = seq2(c, e, ta), na = seq3(c, L(c, ","), e, ta);
+		int32_t nf = sc_seq2(c, e, ta), na = sc_seq3(c, sc_lit(c, ","), e, ta);
 		if (i >= mn) {
-			nf = alt2(c, gmb_eps(c->b), nf);
-			na = alt2(c, gmb_eps(c->b), na);
+			nf = sc_alt2(c, gmb_eps(c->b), nf);
+			na = sc_alt2(c, gmb_eps(c->b), na);
 		}
 		tf = nf;
 		ta = na;
 	}
-	return seq3(c, L(c, "["), tf, L(c, "]"));
+	return sc_seq3(c, sc_lit(c, "["), tf, sc_lit(c, "]"));
 }
 
 /* ---- objects ------------------------------------------------------------ */
@@ -959,9 +537,9 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 		cps_add(&next, cp, cp);
 	}
 	if (!ends)
-		alts[na++] = L(c, "\"");
+		alts[na++] = sc_lit(c, "\"");
 	cps_negate(&next);
-	alts[na++] = seq3(c, gm_json_chars(c->b, &next), gmb_rep(c->b, jchar(c), 0, -1), L(c, "\""));
+	alts[na++] = sc_seq3(c, gm_json_chars(c->b, &next), gmb_rep(c->b, jchar(c), 0, -1), sc_lit(c, "\""));
 	cps_free(&next);
 	for (int i = 0; i < n && !c->b->failed; i++) {
 		if (kl[i] == off)
@@ -995,7 +573,7 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 		cps_add(&one, cp, cp);
 		int32_t ch = gm_json_chars(c->b, &one);
 		cps_free(&one);
-		alts[na++] = seq2(c, ch, other_name(c, sk, sl, m, off + l, depth + 1));
+		alts[na++] = sc_seq2(c, ch, other_name(c, sk, sl, m, off + l, depth + 1));
 		free(sk);
 		free(sl);
 	}
@@ -1005,25 +583,17 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 	return r;
 }
 
-/* Does the JSON string contents of name match the pattern (searching)? */
-static bool pattern_matches(const char *re, size_t rl, const char *name, size_t nl)
+/* Does name match the pattern (searching)? 1, 0, or -1 when the
+ * pattern cannot be read. */
+static int pattern_matches(const char *re, size_t rl, const char *name, size_t nl)
 {
-	struct gm_b b;
-	char err[64];
-	gmb_init(&b, err, sizeof err);
-	int32_t start = gm_regex(&b, re, rl, true);
-	struct gm_grammar *g = gmb_finish(&b, start);
-	gmb_free(&b);
-	if (!g)
-		return false;
-	struct gbuf q = { 0 };
-	jv_dump_str(&q, name, nl);
-	struct gm_matcher *m = gm_matcher_new(g, NULL);
-	bool ok = m && !q.oom && gm_matcher_accept_bytes(m, q.p + 1, q.n - 2) == 0 && gm_matcher_is_complete(m);
-	gm_matcher_free(m);
-	gm_grammar_unref(g);
-	free(q.p);
-	return ok;
+	char err[160];
+	struct gm_dfa *d = gm_dfa_new(&re, &rl, 1, err, sizeof err);
+	if (!d)
+		return -1;
+	int r = gm_dfa_match(d, name, nl) & 1;
+	gm_dfa_free(d);
+	return r;
 }
 
 /* The schema of an undeclared member: the first pattern it matches, else
@@ -1031,7 +601,7 @@ static bool pattern_matches(const char *re, size_t rl, const char *name, size_t 
 static const struct jv *pattern_schema(const struct jv *pp, const char *name, size_t nl, const struct jv *ap)
 {
 	for (int i = 0; pp && pp->t == JV_OBJ && i < pp->n; i++)
-		if (pattern_matches(pp->keys[i], pp->klen[i], name, nl))
+		if (pattern_matches(pp->keys[i], pp->klen[i], name, nl) == 1)
 			return pp->a[i];
 	return ap;
 }
@@ -1131,8 +701,8 @@ static int32_t keyed(struct sc *c, const struct jv *pp, const struct jv *ap, con
 		}
 		if ((val && val->t == JV_BOOL && !val->b) || !gm_dfa_some(d, must, must_not))
 			continue;
-		int32_t key = seq3(c, L(c, "\""), gm_dfa_string(c->b, d, must, must_not, mn, mx), L(c, "\":"));
-		alts[na++] = seq2(c, key, !val || sc_true(val) ? json_any(c) : sym(c, val));
+		int32_t key = sc_seq3(c, sc_lit(c, "\""), gm_dfa_string(c->b, d, must, must_not, mn, mx), sc_lit(c, "\":"));
+		alts[na++] = sc_seq2(c, key, !val || sc_true(val) ? json_any(c) : sym(c, val));
 	}
 	gm_dfa_free(d);
 	int32_t r = !alts ? (gmb_fail(c->b, "out of memory"), 0) : na ? gmb_alt(c->b, alts, na) : 0;
@@ -1167,7 +737,7 @@ static int32_t object(struct sc *c, const struct jv *s)
 	/* a declared member whose name a pattern matches answers to both */
 	for (int i = 0; i < np && pp && pp->t == JV_OBJ; i++)
 		for (int j = 0; j < pp->n; j++)
-			if (pattern_matches(pp->keys[j], pp->klen[j], e[i].k, e[i].kl))
+			if (pattern_matches(pp->keys[j], pp->klen[j], e[i].k, e[i].kl) == 1)
 				e[i].s = e[i].s ? sc_pair(c, e[i].s, pp->a[j]) : pp->a[j];
 	bool ap_false = ap && ap->t == JV_BOOL && !ap->b;
 	int32_t extra = 0; /* one undeclared member, 0 if none is allowed */
@@ -1195,10 +765,10 @@ static int32_t object(struct sc *c, const struct jv *s)
 		}
 		for (int i = 0; i < n; i++)
 			nk[i] = e[i].k, nl[i] = e[i].kl;
-		int32_t key = n ? seq2(c, L(c, "\""), other_name(c, nk, nl, n, 0, 0)) : json_string(c);
+		int32_t key = n ? sc_seq2(c, sc_lit(c, "\""), other_name(c, nk, nl, n, 0, 0)) : json_string(c);
 		free(nk);
 		free(nl);
-		extra = seq3(c, key, L(c, ":"), !ap || sc_true(ap) ? json_any(c) : sym(c, ap));
+		extra = sc_seq3(c, key, sc_lit(c, ":"), !ap || sc_true(ap) ? json_any(c) : sym(c, ap));
 	}
 	const struct jv *v;
 	long mnp = 0, mxp = -1;
@@ -1226,11 +796,11 @@ static int32_t object(struct sc *c, const struct jv *s)
 		if (!extra) {
 			T[k] = lo == 0 ? gmb_eps(c->b) : gmb_none(c->b);
 		} else if (k > 0) {
-			T[k] = gmb_rep(c->b, seq2(c, L(c, ","), extra), lo, hi);
+			T[k] = gmb_rep(c->b, sc_seq2(c, sc_lit(c, ","), extra), lo, hi);
 		} else {
-			int32_t more = gmb_rep(c->b, seq2(c, L(c, ","), extra), lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
-			int32_t some = hi == 0 ? gmb_none(c->b) : seq2(c, extra, more);
-			T[k] = lo == 0 ? alt2(c, gmb_eps(c->b), some) : some;
+			int32_t more = gmb_rep(c->b, sc_seq2(c, sc_lit(c, ","), extra), lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
+			int32_t some = hi == 0 ? gmb_none(c->b) : sc_seq2(c, extra, more);
+			T[k] = lo == 0 ? sc_alt2(c, gmb_eps(c->b), some) : some;
 		}
 	}
 	for (int i = n - 1; i >= 0 && !c->b->failed; i--) {
@@ -1241,11 +811,11 @@ static int32_t object(struct sc *c, const struct jv *s)
 					T[k] = gmb_none(c->b);
 			continue;
 		}
-		int32_t kv = seq2(c, key_lit(c, e[i].k, e[i].kl), !ps || sc_true(ps) ? json_any(c) : sym(c, ps));
+		int32_t kv = sc_seq2(c, key_lit(c, e[i].k, e[i].kl), !ps || sc_true(ps) ? json_any(c) : sym(c, ps));
 		for (long k = 0; k <= cap; k++) {
 			long next = k < cap ? k + 1 : mxp >= 0 ? -1 : cap;
-			int32_t with = next < 0 ? gmb_none(c->b) : k ? seq3(c, L(c, ","), kv, T[next]) : seq2(c, kv, T[next]);
-			U[k] = e[i].req ? with : alt2(c, with, T[k]);
+			int32_t with = next < 0 ? gmb_none(c->b) : k ? sc_seq3(c, sc_lit(c, ","), kv, T[next]) : sc_seq2(c, kv, T[next]);
+			U[k] = e[i].req ? with : sc_alt2(c, with, T[k]);
 		}
 		memcpy(T, U, (cap + 1) * sizeof *T);
 	}
@@ -1253,7 +823,7 @@ static int32_t object(struct sc *c, const struct jv *s)
 	free(T);
 	free(U);
 	free(e);
-	return seq3(c, L(c, "{"), B, L(c, "}"));
+	return sc_seq3(c, sc_lit(c, "{"), B, sc_lit(c, "}"));
 }
 
 /* ---- allOf: one schema from several ----------------------------------- */
@@ -1475,10 +1045,10 @@ static int32_t by_type(struct sc *c, const struct jv *s)
 	if (want[0]) alts[n++] = object(c, s);
 	if (want[1]) alts[n++] = array(c, s);
 	if (want[2]) alts[n++] = string(c, s);
-	if (want[3]) alts[n++] = number(c, s);
-	if (want[4]) alts[n++] = integer(c, s);
-	if (want[5]) alts[n++] = alt2(c, L(c, "true"), L(c, "false"));
-	if (want[6]) alts[n++] = L(c, "null");
+	if (want[3]) alts[n++] = sc_number(c, s);
+	if (want[4]) alts[n++] = sc_integer(c, s);
+	if (want[5]) alts[n++] = sc_alt2(c, sc_lit(c, "true"), sc_lit(c, "false"));
+	if (want[6]) alts[n++] = sc_lit(c, "null");
 	return n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
 }
 
@@ -1523,7 +1093,7 @@ static bool value_fits(const struct jv *s, const struct jv *v, const struct jv *
 		if (((x = jv_get(s, "minLength")) && x->t == JV_NUM && n < x->num) ||
 		    ((x = jv_get(s, "maxLength")) && x->t == JV_NUM && n > x->num))
 			return false;
-		if ((x = jv_get(s, "pattern")) && x->t == JV_STR && !pattern_matches(x->s, x->len, v->s, v->len))
+		if ((x = jv_get(s, "pattern")) && x->t == JV_STR && pattern_matches(x->s, x->len, v->s, v->len) == 0)
 			return false;
 	}
 	if (v->t == JV_NUM) {
