@@ -537,7 +537,8 @@ static uint64_t hash(const uint64_t *w, size_t n)
 static bool build(struct gm_dfa *d, int start)
 {
 	/* edges by source */
-	qsort(d->e, d->n_e, sizeof *d->e, cmp_edge);
+	if (d->n_e)
+		qsort(d->e, d->n_e, sizeof *d->e, cmp_edge);
 	int *first = calloc(d->n_st + 1, sizeof *first), *stack = malloc((d->n_st + 1) * sizeof *stack);
 	/* atoms */
 	int nb = 2;

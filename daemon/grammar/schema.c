@@ -377,8 +377,10 @@ static int32_t string(struct sc *c, const struct jv *s)
 		mn = v->num;
 	if ((v = jv_get(s, "maxLength")) && v->t == JV_NUM)
 		mx = v->num;
-	if (mn > 100000 || mx > 100000)
-		return sc_err(c, "'%s' above 100000", mn > 100000 ? "minLength" : "maxLength"), 0;
+	if (mx > 100000) /* not enforced: no generation runs that long */
+		mx = -1;
+	if (mn > 100000)
+		return sc_err(c, "'%s' above 100000", "minLength"), 0;
 	/* the patterns: pattern, format, those allOf merged, those "not" or
 	 * "not enum" excluded (schema_not.c) */
 	struct pats p = { .n = 0 };
@@ -442,8 +444,10 @@ static int32_t array(struct sc *c, const struct jv *s)
 		mx = (long)v->num;
 	/* uniqueItems is not enforced (a grammar cannot compare items): every
 	 * valid array is accepted, and so are some with repeated items */
-	if (mn > 100000 || mx > 100000)
-		return sc_err(c, "'%s' above 100000", mn > 100000 ? "minItems" : "maxItems"), 0;
+	if (mx > 100000) /* not enforced, as maxLength */
+		mx = -1;
+	if (mn > 100000)
+		return sc_err(c, "'%s' above 100000", "minItems"), 0;
 	const struct jv *has = jv_get(s, "contains");
 	if (has && !(has->t == JV_OBJ && has->n == 0) && !sc_true(has)) {
 		/* items* (items and contains) items*: some element is one */
@@ -676,6 +680,8 @@ static int32_t keyed(struct sc *c, const struct jv *pp, const struct jv *ap, con
 	int before = p.n;
 	if (pn && !names_rule(c, pn, &p, &mn, &mx))
 		return c->b->failed ? 0 : sc_err(c, "unsupported keyword '%s' (only pattern, length, enum)", "propertyNames"), 0;
+	if (p.n == 0) /* the empty pattern: every key */
+		pats_add(c, &p, "", 0, false);
 	for (int i = before; i < p.n; i++)
 		names |= 1u << i;
 	char err[160];

@@ -122,12 +122,10 @@ static bool neg_type(struct sc *c, const struct jv *t, struct jv *alts, const ch
 	struct jv *x = sc_types(c, t), *keep = sc_new(c, JV_ARR);
 	if (!x || !keep)
 		return false;
-	if (sc_has_type(x, "integer") && !sc_has_type(x, "number")) {
-		*why = "not integer among numbers";
-		return false;
-	}
+	if (sc_has_type(x, "integer") && !sc_has_type(x, "number")) /* the numbers with a fraction */
+		sc_put(c, alts, NULL, 0, typed(c, "number", "\x01fraction", boolean(c, true)));
 	for (int k = 0; k < 7; k++)
-		if (!sc_has_type(x, all_types[k]) && k != 4)
+		if (!sc_has_type(x, all_types[k]) && k != 4 && !(k == 3 && sc_has_type(x, "integer")))
 			sc_put(c, keep, NULL, 0, str(c, all_types[k]));
 	if (keep->n)
 		sc_put(c, alts, NULL, 0, typed(c, NULL, "type", keep));
@@ -243,6 +241,8 @@ const struct jv *sc_negate(struct sc *c, const struct jv *n, const char **why, i
 			}
 			sc_put(c, o, "allOf", 5, l);
 			sc_put(c, alts, NULL, 0, o);
+		} else if (!strcmp(k, "multipleOf") && v->t == JV_NUM) {
+			sc_put(c, alts, NULL, 0, typed(c, "number", "\x01notMultipleOf", one_list(c, (struct jv *)v)));
 		} else if (!strcmp(k, "pattern") && v->t == JV_STR) {
 			sc_put(c, alts, NULL, 0, typed(c, "string", "\x01notPatterns", one_list(c, (struct jv *)v)));
 		} else if (!strcmp(k, "uniqueItems") && v->t == JV_BOOL && !v->b) {

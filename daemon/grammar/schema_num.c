@@ -165,10 +165,11 @@ static long long gcd(long long a, long long b)
 	return a;
 }
 
-/* Numbers (k < 0: integers) whose value * 10^k is a multiple of q: the
- * digits run a remainder automaton; fraction digits past the k-th must be
- * zeros. No exponent. */
-static int32_t multiples(struct sc *c, long long q, int k)
+/* Numbers (k < 0: integers) whose value * 10^k is a multiple of q (or,
+ * inverted, integer-valued ones that are not, k <= 0): the digits run a
+ * remainder automaton; fraction digits past the k-th must be zeros. No
+ * exponent. */
+static int32_t multiples(struct sc *c, long long q, int k, bool invert)
 {
 	int kk = k < 0 ? 0 : k;
 	int32_t *R = malloc(q * sizeof *R), *G = malloc(((size_t)kk + 1) * q * sizeof *G);
@@ -208,9 +209,10 @@ static int32_t multiples(struct sc *c, long long q, int k)
 	for (long long r = 0; T && r < q && !c->b->failed; r++) {
 		int32_t alts[2];
 		int n = 0;
-		if (r * p10[0] % q == 0)
+		bool ok = (r * p10[0] % q == 0) != invert;
+		if (ok)
 			alts[n++] = gmb_eps(c->b);
-		if (k == 0 && r == 0)
+		if (k == 0 && ok)
 			alts[n++] = sc_seq3(c, sc_lit(c, "."), sc_lit(c, "0"), zeros);
 		else if (k > 0)
 			alts[n++] = sc_seq2(c, sc_lit(c, "."), G[r]);
@@ -364,6 +366,75 @@ static const struct jv *bound_of(const struct jv *s, bool lower, bool *x)
 	return in && fabs(in->num) > BIG ? NULL : in;
 }
 
+/* The multiples of p * 10^-k between the bounds, listed (up to 1000). */
+static int32_t listed(struct sc *c, double lo, bool xlo, double hi, bool xhi, long long p, int k, bool integer)
+{
+	double scale = pow(10, k), m = (double)p / scale;
+	if (isinf(lo) || isinf(hi))
+		return sc_err(c, "unsupported keyword '%s' with one bound", "multipleOf"), 0;
+	long long jlo = (long long)ceil(lo / m - 1e-9), jhi = (long long)floor(hi / m + 1e-9);
+	if (xlo && fabs(jlo * m - lo) < 1e-9 * fmax(1, fabs(lo)))
+		jlo++;
+	if (xhi && fabs(jhi * m - hi) < 1e-9 * fmax(1, fabs(hi)))
+		jhi--;
+	if (jhi - jlo >= 1000)
+		return sc_err(c, "'%s' with bounds allows over 1000 values", "multipleOf"), 0;
+	if (jhi < jlo)
+		return gmb_none(c->b);
+	int32_t *alts = malloc((jhi - jlo + 1) * sizeof *alts);
+	if (!alts)
+		return gmb_fail(c->b, "out of memory"), 0;
+	int32_t zeros = gmb_rep(c->b, sc_lit(c, "0"), 0, -1);
+	int32_t dot0 = gmb_rep(c->b, sc_seq2(c, sc_lit(c, "."), gmb_rep(c->b, sc_lit(c, "0"), 1, -1)), 0, 1);
+	int n = 0;
+	for (long long j = jlo; j <= jhi; j++) {
+		char t[64];
+		long long v = j * p, a = v < 0 ? -v : v, ten = 1;
+		for (int i = 0; i < k; i++)
+			ten *= 10;
+		int l = snprintf(t, sizeof t, "%s%lld", v < 0 ? "-" : "", a / ten);
+		if (k > 0 && a % ten) {
+			l += snprintf(t + l, sizeof t - l, ".%0*lld", k, a % ten);
+			while (t[l - 1] == '0')
+				t[--l] = 0;
+		}
+		bool frac = memchr(t, '.', l) != NULL;
+		if (integer && frac)
+			continue;
+		alts[n++] = sc_seq2(c, gmb_lit(c->b, t, l), integer ? gmb_eps(c->b) : frac ? zeros : dot0);
+	}
+	int32_t r = n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
+	free(alts);
+	return r;
+}
+
+/* Numbers that are not integers: a nonzero fraction digit; those with an
+ * exponent all pass (1.5e1 is 15: accepted though an integer). */
+static int32_t fractional(struct sc *c)
+{
+	int32_t d = sc_digits(c, '0', '9');
+	int32_t frac = sc_seq3(c, sc_lit(c, "."), gmb_rep(c->b, d, 0, -1),
+			       sc_seq2(c, sc_digits(c, '1', '9'), gmb_rep(c->b, d, 0, -1)));
+	int32_t sign = gmb_rep(c->b, sc_alt2(c, sc_lit(c, "+"), sc_lit(c, "-")), 0, 1);
+	int32_t exp = sc_seq3(c, sc_alt2(c, sc_lit(c, "e"), sc_lit(c, "E")), sign, gmb_rep(c->b, d, 1, -1));
+	int32_t anyfrac = gmb_rep(c->b, sc_seq2(c, sc_lit(c, "."), gmb_rep(c->b, d, 1, -1)), 0, 1);
+	return sc_alt2(c, sc_seq2(c, sc_json_int(c), frac), sc_seq3(c, sc_json_int(c), anyfrac, exp));
+}
+
+/* "not multipleOf" (schema_not.c): its one whole divisor, or 0 (refused) */
+static long long not_multiple(struct sc *c, const struct jv *s)
+{
+	const struct jv *l = jv_get(s, "\x01notMultipleOf");
+	long long p;
+	int k;
+	if (!l)
+		return 1;
+	if (l->t != JV_ARR || l->n != 1 || !mult_of(l->a[0], &p, &k) || k > 0 || p > 1000 || jv_get(s, "multipleOf") ||
+	    jv_get(s, "minimum") || jv_get(s, "maximum") || jv_get(s, "exclusiveMinimum") || jv_get(s, "exclusiveMaximum"))
+		return sc_err(c, "unsupported keyword '%s' (not a whole multipleOf up to 1000, alone)", "not"), 0;
+	return p;
+}
+
 int32_t sc_integer(struct sc *c, const struct jv *s)
 {
 	double lo, hi;
@@ -379,13 +450,18 @@ int32_t sc_integer(struct sc *c, const struct jv *s)
 			ten *= 10;
 		q = p / gcd(p, ten);
 	}
+	long long nm = not_multiple(c, s);
+	if (!nm)
+		return 0;
+	if (nm > 1)
+		return multiples(c, nm, -1, true);
 	bool bounded = bounds(c, s, &lo, &xlo, &hi, &xhi);
 	if (q > 1) {
 		if (bounded)
-			return sc_err(c, "unsupported keyword '%s' together with bounds", "multipleOf"), 0;
+			return listed(c, xlo ? lo : lo, xlo, hi, xhi, q, 0, true);
 		if (q > 1000)
 			return sc_err(c, "'%s' above 1000", "multipleOf"), 0;
-		return multiples(c, q, -1);
+		return multiples(c, q, -1, false);
 	}
 	if (!bounded)
 		return sc_json_int(c);
@@ -403,12 +479,23 @@ int32_t sc_number(struct sc *c, const struct jv *s)
 		return sc_err(c, "'%s' is not a positive number", "multipleOf"), 0;
 	bool xlo, xhi;
 	const struct jv *lv = bound_of(s, true, &xlo), *hv = bound_of(s, false, &xhi);
+	long long nm = not_multiple(c, s);
+	const struct jv *fr = jv_get(s, "\x01fraction"); /* "not integer" (schema_not.c) */
+	if (!nm)
+		return 0;
+	if (fr && (m || lv || hv || nm > 1))
+		return sc_err(c, "unsupported keyword '%s' (not integer, with bounds or multipleOf)", "not"), 0;
+	if (fr)
+		return fractional(c);
+	if (nm > 1)
+		return sc_alt2(c, multiples(c, nm, 0, true), fractional(c));
 	if (m && p > 1) {
 		if (lv || hv)
-			return sc_err(c, "unsupported keyword '%s' together with bounds", "multipleOf"), 0;
+			return listed(c, lv ? lv->num : -INFINITY, xlo, hv ? hv->num : INFINITY, xhi, p, k < 0 ? 0 : k,
+				      false);
 		if (p > 1000)
 			return sc_err(c, "'%s' above 1000", "multipleOf"), 0;
-		return multiples(c, p, k);
+		return multiples(c, p, k, false);
 	}
 	if (!lv && !hv && !m)
 		return sc_json_number(c);
