@@ -138,6 +138,19 @@ int32_t gm_schema(struct gm_b *b, const char *src, size_t len);
 /* In JSON-string mode: one character of s, escaped as a JSON string holds it. */
 int32_t gm_json_chars(struct gm_b *b, const struct gm_cps *s);
 
+/* Patterns as one automaton over code points (redfa.c): pattern i (JSON
+ * Schema search semantics) sets bit i of the set a string matches. */
+struct gm_dfa;
+struct gm_dfa *gm_dfa_new(const char *const *res, const size_t *lens, int n, char *err, size_t errlen);
+void gm_dfa_free(struct gm_dfa *d);
+/* Some string matches every pattern of must and none of must_not. */
+bool gm_dfa_some(const struct gm_dfa *d, uint32_t must, uint32_t must_not);
+/* The set of patterns the UTF-8 string s matches. */
+uint32_t gm_dfa_match(const struct gm_dfa *d, const char *s, size_t n);
+/* Those strings of mn..mx code points (mx < 0: no maximum), as the
+ * contents of a JSON string. */
+int32_t gm_dfa_string(struct gm_b *b, const struct gm_dfa *d, uint32_t must, uint32_t must_not, long mn, long mx);
+
 /* JSON values for the schema compiler (jsonv.c): strict RFC 8259, objects
  * keep their key order, numbers keep their text. All memory is the arena's. */
 enum jv_type { JV_NULL, JV_BOOL, JV_NUM, JV_STR, JV_ARR, JV_OBJ };

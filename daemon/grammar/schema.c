@@ -8,29 +8,16 @@
  * allOf is merged into one schema; anyOf/oneOf become alternatives, each
  * merged with its siblings (oneOf is read as anyOf: a grammar cannot count
  * matches); $ref is a nonterminal, so recursion is free. */
-#include "daemon/grammar/gm_int.h"
+#include "daemon/grammar/schema_int.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SC_MAX_DEPTH 200
-
-struct sc {
-	struct gm_b *b;
-	struct jv_arena *a;
-	struct jv *root;
-	struct { const struct jv *node; int32_t nt; } *memo;
-	int n_memo, cap_memo;
-	int32_t any, string, number, integer, jchar;
-	int depth;
-};
-
 static int32_t sym(struct sc *c, const struct jv *s);
-static const struct jv *merge_list(struct sc *c, const struct jv *const *parts, int n);
 
-static bool serr(struct sc *c, const char *fmt, const char *arg)
+bool sc_err(struct sc *c, const char *fmt, const char *arg)
 {
 	char m[200];
 	snprintf(m, sizeof m, fmt, arg);
@@ -38,14 +25,14 @@ static bool serr(struct sc *c, const char *fmt, const char *arg)
 	return false;
 }
 
-static bool is_true(const struct jv *v)
+bool sc_true(const struct jv *v)
 {
 	return v && v->t == JV_BOOL && v->b;
 }
 
 /* ---- building jv values in the arena ---------------------------------- */
 
-static struct jv *jnew(struct sc *c, enum jv_type t)
+struct jv *sc_new(struct sc *c, enum jv_type t)
 {
 	struct jv *v = jv_alloc(c->a, sizeof *v);
 	if (!v)
@@ -55,7 +42,7 @@ static struct jv *jnew(struct sc *c, enum jv_type t)
 	return v;
 }
 
-static void jput(struct sc *c, struct jv *o, const char *k, size_t kl, struct jv *x)
+void sc_put(struct sc *c, struct jv *o, const char *k, size_t kl, struct jv *x)
 {
 	for (int i = 0; o->t == JV_OBJ && i < o->n; i++)
 		if (o->klen[i] == kl && !memcmp(o->keys[i], k, kl)) {
@@ -85,27 +72,27 @@ static void jput(struct sc *c, struct jv *o, const char *k, size_t kl, struct jv
 	o->n++;
 }
 
-static struct jv *pair(struct sc *c, const struct jv *x, const struct jv *y)
+struct jv *sc_pair(struct sc *c, const struct jv *x, const struct jv *y)
 {
-	struct jv *arr = jnew(c, JV_ARR), *o = jnew(c, JV_OBJ);
+	struct jv *arr = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
 	if (!arr || !o)
 		return NULL;
-	jput(c, arr, NULL, 0, (struct jv *)x);
-	jput(c, arr, NULL, 0, (struct jv *)y);
-	jput(c, o, "allOf", 5, arr);
+	sc_put(c, arr, NULL, 0, (struct jv *)x);
+	sc_put(c, arr, NULL, 0, (struct jv *)y);
+	sc_put(c, o, "allOf", 5, arr);
 	return o;
 }
 
 /* ---- $ref ---------------------------------------------------------------- */
 
-static const struct jv *pointer(struct sc *c, const char *ref)
+const struct jv *sc_pointer(struct sc *c, const char *ref)
 {
 	if (ref[0] != '#')
-		return serr(c, "$ref to '%s' (only local references are supported)", ref), NULL;
+		return sc_err(c, "$ref to '%s' (only local references are supported)", ref), NULL;
 	const struct jv *v = c->root;
 	const char *p = ref + 1;
 	if (*p && *p != '/')
-		return serr(c, "$ref to the anchor '%s' is not supported", ref), NULL;
+		return sc_err(c, "$ref to the anchor '%s' is not supported", ref), NULL;
 	while (*p == '/') {
 		p++;
 		char tok[512];
@@ -130,7 +117,7 @@ static const struct jv *pointer(struct sc *c, const char *ref)
 			v = NULL;
 		}
 		if (!v)
-			return serr(c, "$ref '%s' points nowhere", ref), NULL;
+			return sc_err(c, "$ref '%s' points nowhere", ref), NULL;
 	}
 	return v;
 }
@@ -142,15 +129,15 @@ static const struct jv *deref(struct sc *c, const struct jv *s)
 		if (!r || r->t != JV_STR)
 			return s;
 		if (hops > 64)
-			return serr(c, "$ref chain too long at '%s'", r->s), NULL;
-		s = pointer(c, r->s);
+			return sc_err(c, "$ref chain too long at '%s'", r->s), NULL;
+		s = sc_pointer(c, r->s);
 	}
 	return s;
 }
 
 /* ---- keyword classes --------------------------------------------------- */
 
-static bool in(const char *k, const char *const *list)
+bool sc_in(const char *k, const char *const *list)
 {
 	for (; *list; list++)
 		if (!strcmp(k, *list))
@@ -159,12 +146,11 @@ static bool in(const char *k, const char *const *list)
 }
 
 static const char *const refused[] = {
-	"not", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "if", "then",
-	"else", "contains", "minContains", "maxContains", "unevaluatedProperties",
+	"minContains", "maxContains", "unevaluatedProperties",
 	"unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL
 };
 
-static const char *const validation[] = {
+const char *const sc_validation[] = {
 	"type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
 	"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength",
 	"maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
@@ -174,7 +160,7 @@ static const char *const validation[] = {
 	"$dynamicRef", "$recursiveRef", NULL
 };
 
-static const char *const annotations[] = {
+const char *const sc_annotations[] = {
 	"$schema", "$id", "id", "title", "description", "default", "examples", "$comment",
 	"readOnly", "writeOnly", "deprecated", "definitions", "$defs", "contentMediaType",
 	"contentEncoding", "$anchor", "$vocabulary", "format", NULL
@@ -201,34 +187,6 @@ static int32_t lit_value(struct sc *c, const struct jv *v)
 	return s;
 }
 
-static int32_t L(struct sc *c, const char *s)
-{
-	return gmb_lit(c->b, s, strlen(s));
-}
-
-static int32_t seq2(struct sc *c, int32_t x, int32_t y)
-{
-	int32_t v[2] = { x, y };
-	return gmb_seq(c->b, v, 2);
-}
-
-static int32_t seq3(struct sc *c, int32_t x, int32_t y, int32_t z)
-{
-	int32_t v[3] = { x, y, z };
-	return gmb_seq(c->b, v, 3);
-}
-
-static int32_t alt2(struct sc *c, int32_t x, int32_t y)
-{
-	int32_t v[2] = { x, y };
-	return gmb_alt(c->b, v, 2);
-}
-
-static int32_t digits(struct sc *c, char lo, char hi)
-{
-	return gmb_bytes(c->b, (uint8_t)lo, (uint8_t)hi);
-}
-
 static int32_t jchar(struct sc *c)
 {
 	if (!c->jchar) {
@@ -243,34 +201,8 @@ static int32_t jchar(struct sc *c)
 static int32_t json_string(struct sc *c)
 {
 	if (!c->string)
-		c->string = seq3(c, L(c, "\""), gmb_rep(c->b, jchar(c), 0, -1), L(c, "\""));
+		c->string = sc_seq3(c, sc_lit(c, "\""), gmb_rep(c->b, jchar(c), 0, -1), sc_lit(c, "\""));
 	return c->string;
-}
-
-/* -?(0|[1-9][0-9]*) */
-static int32_t json_int(struct sc *c)
-{
-	if (!c->integer) {
-		int32_t nat = alt2(c, L(c, "0"), seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), 0, -1)));
-		c->integer = seq2(c, gmb_rep(c->b, L(c, "-"), 0, 1), nat);
-	}
-	return c->integer;
-}
-
-static int32_t frac_exp(struct sc *c)
-{
-	int32_t d = gmb_rep(c->b, digits(c, '0', '9'), 1, -1);
-	int32_t frac = gmb_rep(c->b, seq2(c, L(c, "."), d), 0, 1);
-	int32_t sign = gmb_rep(c->b, gmb_alt(c->b, (int32_t[]){ L(c, "+"), L(c, "-") }, 2), 0, 1);
-	int32_t exp = gmb_rep(c->b, seq3(c, gmb_alt(c->b, (int32_t[]){ L(c, "e"), L(c, "E") }, 2), sign, d), 0, 1);
-	return seq2(c, frac, exp);
-}
-
-static int32_t json_number(struct sc *c)
-{
-	if (!c->number)
-		c->number = seq2(c, json_int(c), frac_exp(c));
-	return c->number;
 }
 
 static int32_t json_any(struct sc *c)
@@ -279,191 +211,163 @@ static int32_t json_any(struct sc *c)
 		return c->any;
 	c->any = gmb_nt(c->b);
 	int32_t v = c->any, str = json_string(c);
-	int32_t comma_v = seq2(c, L(c, ","), v);
-	int32_t arr = seq3(c, L(c, "["), gmb_rep(c->b, seq2(c, v, gmb_rep(c->b, comma_v, 0, -1)), 0, 1), L(c, "]"));
-	int32_t kv = seq3(c, str, L(c, ":"), v);
-	int32_t obj = seq3(c, L(c, "{"), gmb_rep(c->b, seq2(c, kv, gmb_rep(c->b, seq2(c, L(c, ","), kv), 0, -1)), 0, 1),
-			   L(c, "}"));
-	int32_t alts[] = { obj, arr, str, json_number(c), L(c, "true"), L(c, "false"), L(c, "null") };
+	int32_t comma_v = sc_seq2(c, sc_lit(c, ","), v);
+	int32_t arr = sc_seq3(c, sc_lit(c, "["), gmb_rep(c->b, sc_seq2(c, v, gmb_rep(c->b, comma_v, 0, -1)), 0, 1), sc_lit(c, "]"));
+	int32_t kv = sc_seq3(c, str, sc_lit(c, ":"), v);
+	int32_t obj = sc_seq3(c, sc_lit(c, "{"), gmb_rep(c->b, sc_seq2(c, kv, gmb_rep(c->b, sc_seq2(c, sc_lit(c, ","), kv), 0, -1)), 0, 1),
+			   sc_lit(c, "}"));
+	int32_t alts[] = { obj, arr, str, sc_json_number(c), sc_lit(c, "true"), sc_lit(c, "false"), sc_lit(c, "null") };
 	for (int i = 0; i < 7; i++)
 		gmb_prod(c->b, v, &alts[i], 1);
 	return v;
 }
 
-/* ---- integers in a range ---------------------------------------------- */
-
-/* Decimal strings of equal length n from lo to hi. */
-static int32_t dig_range(struct sc *c, const char *lo, const char *hi, int n)
-{
-	if (n == 0)
-		return gmb_eps(c->b);
-	if (lo[0] == hi[0])
-		return seq2(c, gmb_byte(c->b, (uint8_t)lo[0]), dig_range(c, lo + 1, hi + 1, n - 1));
-	char zeros[24], nines[24];
-	memset(zeros, '0', n - 1);
-	memset(nines, '9', n - 1);
-	bool lo_min = !memcmp(lo + 1, zeros, n - 1), hi_max = !memcmp(hi + 1, nines, n - 1);
-	int32_t alts[3];
-	int k = 0;
-	char first = lo_min ? lo[0] : lo[0] + 1, last = hi_max ? hi[0] : hi[0] - 1;
-	if (!lo_min)
-		alts[k++] = seq2(c, gmb_byte(c->b, (uint8_t)lo[0]), dig_range(c, lo + 1, nines, n - 1));
-	if (first <= last)
-		alts[k++] = seq2(c, digits(c, first, last), gmb_rep(c->b, digits(c, '0', '9'), n - 1, n - 1));
-	if (!hi_max)
-		alts[k++] = seq2(c, gmb_byte(c->b, (uint8_t)hi[0]), dig_range(c, zeros, hi + 1, n - 1));
-	return gmb_alt(c->b, alts, k);
-}
-
-/* Naturals from lo to hi (hi < 0: no bound), without leading zeros. */
-static int32_t nat_range(struct sc *c, long long lo, long long hi)
-{
-	char a[24], z[24];
-	int la = snprintf(a, sizeof a, "%lld", lo);
-	int lz = hi < 0 ? la : snprintf(z, sizeof z, "%lld", hi);
-	int32_t alts[24];
-	int k = 0;
-	for (int len = la; len <= lz; len++) {
-		char from[24], to[24];
-		if (len == la)
-			memcpy(from, a, la + 1);
-		else
-			snprintf(from, sizeof from, "1%0*d", len - 1, 0);
-		if (hi >= 0 && len == lz)
-			memcpy(to, z, lz + 1);
-		else
-			memset(to, '9', len), to[len] = 0;
-		alts[k++] = dig_range(c, from, to, len);
-	}
-	if (hi < 0)
-		alts[k++] = seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), la, -1));
-	return gmb_alt(c->b, alts, k);
-}
-
-#define BIG 1e17
-
-static int32_t int_range(struct sc *c, double lo, double hi)
-{
-	/* lo/hi: inclusive integer bounds, +-INFINITY when none */
-	if (lo > hi)
-		return gmb_none(c->b);
-	int32_t alts[2];
-	int k = 0;
-	if (hi >= 0) /* the naturals */
-		alts[k++] = nat_range(c, lo > 0 ? (long long)lo : 0, isinf(hi) ? -1 : (long long)hi);
-	if (lo < 0) { /* -n for n from max(1, -hi) to -lo */
-		long long nlo = hi < -1 ? (long long)-hi : 1;
-		alts[k++] = seq2(c, L(c, "-"), nat_range(c, nlo, isinf(lo) ? -1 : (long long)-lo));
-	}
-	return gmb_alt(c->b, alts, k);
-}
-
-static bool num_kw(struct sc *c, const struct jv *s, const char *k, double *out)
-{
-	const struct jv *v = jv_get(s, k);
-	if (!v || v->t == JV_BOOL)
-		return false;
-	if (v->t != JV_NUM)
-		return serr(c, "'%s' is not a number", k);
-	*out = v->num;
-	return true;
-}
-
-/* Bounds of s: [lo, hi] with strictness; false when it has none. */
-static bool bounds(struct sc *c, const struct jv *s, double *lo, bool *xlo, double *hi, bool *xhi)
-{
-	*lo = -INFINITY, *hi = INFINITY, *xlo = *xhi = false;
-	double v;
-	bool any = false;
-	if (num_kw(c, s, "minimum", &v))
-		*lo = v, any = true;
-	if (num_kw(c, s, "maximum", &v))
-		*hi = v, any = true;
-	if (is_true(jv_get(s, "exclusiveMinimum")))
-		*xlo = true;
-	if (is_true(jv_get(s, "exclusiveMaximum")))
-		*xhi = true;
-	if (num_kw(c, s, "exclusiveMinimum", &v) && v >= *lo)
-		*lo = v, *xlo = true, any = true;
-	if (num_kw(c, s, "exclusiveMaximum", &v) && v <= *hi)
-		*hi = v, *xhi = true, any = true;
-	if (fabs(*lo) > BIG && !isinf(*lo))
-		*lo = -INFINITY;
-	if (fabs(*hi) > BIG && !isinf(*hi))
-		*hi = INFINITY;
-	return any;
-}
-
-static int32_t integer(struct sc *c, const struct jv *s)
-{
-	double lo, hi;
-	bool xlo, xhi;
-	const struct jv *m = jv_get(s, "multipleOf");
-	if (m && !(m->t == JV_NUM && m->num == 1))
-		return serr(c, "unsupported keyword '%s'", "multipleOf"), 0;
-	if (!bounds(c, s, &lo, &xlo, &hi, &xhi))
-		return json_int(c);
-	lo = xlo ? floor(lo) + 1 : ceil(lo);
-	hi = xhi ? ceil(hi) - 1 : floor(hi);
-	return int_range(c, lo, hi);
-}
-
-/* Decimals (no sign, no exponent) between whole a and b (b may be
- * infinite), each end exclusive or not. */
-static int32_t magnitude(struct sc *c, double a, bool xa, double b, bool xb)
-{
-	int32_t d = gmb_rep(c->b, digits(c, '0', '9'), 1, -1);
-	int32_t frac = seq2(c, L(c, "."), d), anyfrac = gmb_rep(c->b, frac, 0, 1);
-	int32_t zeros = gmb_rep(c->b, seq2(c, L(c, "."), gmb_rep(c->b, L(c, "0"), 1, -1)), 0, 1);
-	int32_t alts[3];
-	int k = 0;
-	if (a == b)
-		return xa || xb ? gmb_none(c->b) : seq2(c, int_range(c, a, a), zeros);
-	if (a + 1 <= (isinf(b) ? INFINITY : b - 1))
-		alts[k++] = seq2(c, int_range(c, a + 1, isinf(b) ? INFINITY : b - 1), anyfrac);
-	/* at a: a fraction above zero when a is excluded */
-	int32_t nz = seq3(c, L(c, "."), gmb_rep(c->b, L(c, "0"), 0, -1),
-			  seq2(c, digits(c, '1', '9'), gmb_rep(c->b, digits(c, '0', '9'), 0, -1)));
-	alts[k++] = seq2(c, int_range(c, a, a), xa ? nz : anyfrac);
-	if (!isinf(b) && !xb)
-		alts[k++] = seq2(c, int_range(c, b, b), zeros);
-	return gmb_alt(c->b, alts, k);
-}
-
-static int32_t number(struct sc *c, const struct jv *s)
-{
-	double lo, hi;
-	bool xlo, xhi;
-	const struct jv *m = jv_get(s, "multipleOf");
-	if (m)
-		return serr(c, "unsupported keyword '%s' on a number", "multipleOf"), 0;
-	if (!bounds(c, s, &lo, &xlo, &hi, &xhi))
-		return json_number(c);
-	if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi)))
-		return serr(c, "unsupported keyword '%s' on a number (only whole bounds)",
-			    !isinf(lo) && lo != floor(lo) ? "minimum" : "maximum"), 0;
-	if (lo > hi || (lo == hi && (xlo || xhi)))
-		return gmb_none(c->b);
-	int32_t alts[2];
-	int k = 0;
-	if (hi > 0 || (hi == 0 && !xhi)) /* x >= 0 */
-		alts[k++] = magnitude(c, lo > 0 ? lo : 0, lo > 0 ? xlo : false, hi, xhi);
-	if (lo < 0) /* x = -y, y > 0 */
-		alts[k++] = seq2(c, L(c, "-"), magnitude(c, hi < 0 ? -hi : 0, hi < 0 ? xhi : true, -lo, xlo));
-	return gmb_alt(c->b, alts, k);
-}
-
 /* ---- strings ------------------------------------------------------------ */
 
+static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth);
+static uint32_t cp_at(const char *s, size_t n, size_t *len);
+
+/* RFC 3339 full-date: days per month, February 29 in leap years only */
+#define DATE "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|" \
+	     "02-(0[1-9]|1[0-9]|2[0-8]))|([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
+
 static const struct { const char *name, *re; } formats[] = {
-	{ "date", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$" },
+	{ "date", "^" DATE "$" },
 	{ "time", "^([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$" },
-	{ "date-time", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$" },
+	{ "date-time", "^" DATE "[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?(Z|z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$" },
 	{ "uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$" },
 	{ "email", "^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*$" },
 	{ "uri", "^[a-zA-Z][a-zA-Z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]*$" },
 	{ "ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$" },
 };
+
+/* "^(?:a|b)$" for the names, every character escaped: a pattern matching
+ * exactly them. */
+static char *names_re(struct sc *c, const char *const *k, const size_t *kl, int n, size_t *len)
+{
+	struct gbuf g = { 0 };
+	gbuf_put(&g, "^(?:", 4);
+	for (int i = 0; i < n; i++) {
+		if (i)
+			gbuf_putc(&g, '|');
+		for (size_t o = 0; o < kl[i];) {
+			size_t l;
+			char e[16];
+			int m = snprintf(e, sizeof e, "\\u{%X}", (unsigned)cp_at(k[i] + o, kl[i] - o, &l));
+			gbuf_put(&g, e, m);
+			o += l;
+		}
+	}
+	gbuf_put(&g, ")$", 2);
+	char *r = g.oom ? NULL : jv_alloc(c->a, g.n + 1);
+	if (r) {
+		memcpy(r, g.p, g.n);
+		r[g.n] = 0;
+		*len = g.n;
+	} else {
+		gmb_fail(c->b, "out of memory");
+	}
+	free(g.p);
+	return r;
+}
+
+struct pats {
+	const char *re[32];
+	size_t len[32];
+	int n;
+	uint32_t neg; /* patterns that must not match */
+};
+
+static bool pats_add(struct sc *c, struct pats *p, const char *re, size_t len, bool neg)
+{
+	if (p->n == 32)
+		return sc_err(c, "more than 32 patterns on one %s", "string");
+	if (neg)
+		p->neg |= 1u << p->n;
+	p->re[p->n] = re;
+	p->len[p->n++] = len;
+	return true;
+}
+
+/* The contents of the strings that match the positive patterns, none of
+ * the negative ones, with mn..mx characters. */
+#define SC_MAX_AUTOM 256
+
+static int32_t pats_string(struct sc *c, const struct pats *p, long mn, long mx)
+{
+	/* the same patterns and length again (anyOf branches merged with
+	 * their siblings repeat them): the same nonterminal */
+	struct gbuf k = { 0 };
+	char h[64];
+	gbuf_put(&k, h, (size_t)snprintf(h, sizeof h, "%ld %ld %u|", mn, mx, p->neg));
+	for (int i = 0; i < p->n; i++) {
+		gbuf_put(&k, p->re[i], p->len[i]);
+		gbuf_putc(&k, 0);
+	}
+	for (int i = 0; !k.oom && i < c->n_autom; i++)
+		if (c->autom[i].len == k.n && !memcmp(c->autom[i].key, k.p, k.n)) {
+			free(k.p);
+			return c->autom[i].sym;
+		}
+	if (k.oom || c->n_autom == SC_MAX_AUTOM) {
+		free(k.p);
+		return k.oom ? (gmb_fail(c->b, "out of memory"), 0) :
+			       (sc_err(c, "more than 256 pattern automata in one schema%s", ""), 0);
+	}
+	if (!c->autom && !(c->autom = calloc(SC_MAX_AUTOM, sizeof *c->autom))) {
+		free(k.p);
+		return gmb_fail(c->b, "out of memory"), 0;
+	}
+	int32_t nt = gmb_nt(c->b);
+	c->autom[c->n_autom].key = k.p;
+	c->autom[c->n_autom].len = k.n;
+	c->autom[c->n_autom++].sym = nt;
+	char err[160];
+	struct gm_dfa *d = gm_dfa_new(p->re, p->len, p->n, err, sizeof err);
+	if (!d)
+		return gmb_fail(c->b, "%s", err), 0;
+	uint32_t all = p->n == 32 ? ~0u : (1u << p->n) - 1;
+	int32_t s = gm_dfa_string(c->b, d, all & ~p->neg, p->neg, mn, mx);
+	gm_dfa_free(d);
+	if (s)
+		gmb_prod(c->b, nt, &s, 1);
+	return s ? nt : 0;
+}
+
+static const char *format_re(const struct jv *fmt)
+{
+	for (size_t i = 0; fmt && fmt->t == JV_STR && i < sizeof formats / sizeof *formats; i++)
+		if (!strcmp(fmt->s, formats[i].name))
+			return formats[i].re;
+	return NULL;
+}
+
+/* ^ or $ inside the pattern (regex.c takes them only at the ends of the
+ * top-level branches; the automaton anywhere). */
+static bool inner_anchor(const char *re, size_t n)
+{
+	int depth = 0;
+	bool cls = false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = re[i];
+		if (ch == '\\') {
+			i++;
+		} else if (cls) {
+			cls = ch != ']';
+		} else if (ch == '[') {
+			cls = true;
+		} else if (ch == '(') {
+			depth++;
+		} else if (ch == ')') {
+			depth--;
+		} else if (ch == '^' && (depth || (i && re[i - 1] != '|'))) {
+			return true;
+		} else if (ch == '$' && (depth || (i + 1 < n && re[i + 1] != '|'))) {
+			return true;
+		}
+	}
+	return false;
+}
 
 static int32_t string(struct sc *c, const struct jv *s)
 {
@@ -473,31 +377,55 @@ static int32_t string(struct sc *c, const struct jv *s)
 		mn = v->num;
 	if ((v = jv_get(s, "maxLength")) && v->t == JV_NUM)
 		mx = v->num;
-	const struct jv *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
-	const char *re = NULL;
-	size_t relen = 0;
-	if (pat && pat->t == JV_STR) {
-		re = pat->s;
-		relen = pat->len;
-	} else if (fmt && fmt->t == JV_STR) {
-		for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
-			if (!strcmp(fmt->s, formats[i].name)) {
-				re = formats[i].re;
-				relen = strlen(re);
-			}
+	if (mx > 100000) /* not enforced: no generation runs that long */
+		mx = -1;
+	if (mn > 100000)
+		return sc_err(c, "'%s' above 100000", "minLength"), 0;
+	/* the patterns: pattern, format, those allOf merged, those "not" or
+	 * "not enum" excluded (schema_not.c) */
+	struct pats p = { .n = 0 };
+	const struct jv *pat = jv_get(s, "pattern"), *more = jv_get(s, "\x01patterns");
+	const struct jv *notp = jv_get(s, "\x01notPatterns"), *out = jv_get(s, "\x01notIn");
+	const char *fre = format_re(jv_get(s, "format"));
+	if (pat && pat->t == JV_STR)
+		pats_add(c, &p, pat->s, pat->len, false);
+	for (int i = 0; more && more->t == JV_ARR && i < more->n; i++)
+		if (more->a[i]->t == JV_STR)
+			pats_add(c, &p, more->a[i]->s, more->a[i]->len, false);
+	if (fre)
+		pats_add(c, &p, fre, strlen(fre), false);
+	for (int i = 0; notp && notp->t == JV_ARR && i < notp->n; i++)
+		if (notp->a[i]->t == JV_STR)
+			pats_add(c, &p, notp->a[i]->s, notp->a[i]->len, true);
+	if (out && out->t == JV_ARR && out->n) {
+		const char **k = malloc(out->n * sizeof *k);
+		size_t *kl = malloc(out->n * sizeof *kl), rl = 0;
+		int n = 0;
+		for (int i = 0; k && kl && i < out->n; i++)
+			if (out->a[i]->t == JV_STR)
+				k[n] = out->a[i]->s, kl[n++] = out->a[i]->len;
+		if (p.n == 0 && mn <= 0 && mx < 0) { /* the plain case: a trie */
+			int32_t r = k && kl ? sc_seq2(c, sc_lit(c, "\""), other_name(c, k, kl, n, 0, 0)) : 0;
+			free(k);
+			free(kl);
+			return r ? r : (gmb_fail(c->b, "out of memory"), 0);
+		}
+		const char *re = k && kl ? names_re(c, k, kl, n, &rl) : NULL;
+		free(k);
+		free(kl);
+		if (!re || !pats_add(c, &p, re, rl, true))
+			return c->b->failed ? 0 : (gmb_fail(c->b, "out of memory"), 0);
 	}
+	if (c->b->failed)
+		return 0;
 	int32_t body;
-	if (re) {
-		if (mn > 0 || mx >= 0)
-			return serr(c, "unsupported keyword '%s' together with pattern or format",
-				    mn > 0 ? "minLength" : "maxLength"), 0;
-		body = gm_regex(c->b, re, relen, true);
-	} else {
-		if (mn > 100000 || mx > 100000)
-			return serr(c, "'%s' above 100000", mn > 100000 ? "minLength" : "maxLength"), 0;
+	if (p.n == 1 && !p.neg && mn <= 0 && mx < 0 && !inner_anchor(p.re[0], p.len[0]))
+		body = gm_regex(c->b, p.re[0], p.len[0], true);
+	else if (p.n)
+		body = pats_string(c, &p, (long)mn, mx < 0 ? -1 : (long)mx);
+	else
 		body = gmb_rep(c->b, jchar(c), (long)mn, mx < 0 ? -1 : (long)mx);
-	}
-	return seq3(c, L(c, "\""), body, L(c, "\""));
+	return sc_seq3(c, sc_lit(c, "\""), body, sc_lit(c, "\""));
 }
 
 /* ---- arrays ------------------------------------------------------------- */
@@ -514,36 +442,50 @@ static int32_t array(struct sc *c, const struct jv *s)
 		mn = (long)v->num;
 	if ((v = jv_get(s, "maxItems")) && v->t == JV_NUM)
 		mx = (long)v->num;
-	if (is_true(jv_get(s, "uniqueItems")) && !(mx >= 0 && mx <= 1))
-		return serr(c, "unsupported keyword '%s'", "uniqueItems"), 0;
-	if (mn > 100000 || mx > 100000)
-		return serr(c, "'%s' above 100000", mn > 100000 ? "minItems" : "maxItems"), 0;
+	/* uniqueItems is not enforced (a grammar cannot compare items): every
+	 * valid array is accepted, and so are some with repeated items */
+	if (mx > 100000) /* not enforced, as maxLength */
+		mx = -1;
+	if (mn > 100000)
+		return sc_err(c, "'%s' above 100000", "minItems"), 0;
+	const struct jv *has = jv_get(s, "contains");
+	if (has && !(has->t == JV_OBJ && has->n == 0) && !sc_true(has)) {
+		/* items* (items and contains) items*: some element is one */
+		if ((prefix && prefix->t == JV_ARR && prefix->n) || mn > 1 || mx >= 0)
+			return sc_err(c, "unsupported keyword '%s' (with prefixItems, minItems > 1 or maxItems)",
+				      "contains"), 0;
+		int32_t item = !items || sc_true(items) ? json_any(c) : sym(c, items);
+		const struct jv *both = items && items->t != JV_ARR ? sc_pair(c, items, has) : has;
+		int32_t one = both ? sym(c, both) : 0, before = gmb_rep(c->b, sc_seq2(c, item, sc_lit(c, ",")), 0, -1);
+		int32_t after = gmb_rep(c->b, sc_seq2(c, sc_lit(c, ","), item), 0, -1);
+		return c->b->failed ? 0 : sc_seq3(c, sc_lit(c, "["), sc_seq3(c, before, one, after), sc_lit(c, "]"));
+	}
 	int k = prefix && prefix->t == JV_ARR ? prefix->n : 0;
 	if (mx >= 0 && k > mx)
 		k = (int)mx;
 	bool tail_ok = mx < 0 || mx > k;
-	int32_t item = !items || is_true(items) ? json_any(c) : sym(c, items);
-	int32_t comma_item = seq2(c, L(c, ","), item);
+	int32_t item = !items || sc_true(items) ? json_any(c) : sym(c, items);
+	int32_t comma_item = sc_seq2(c, sc_lit(c, ","), item);
 	long lo = mn > k ? mn - k : 0, hi = mx < 0 ? -1 : mx - k;
 	int32_t tf, ta; /* the tail, first in the array / after an element */
 	if (!tail_ok || (items && items->t == JV_BOOL && !items->b)) {
 		tf = ta = lo == 0 ? gmb_eps(c->b) : gmb_none(c->b);
 	} else {
 		ta = gmb_rep(c->b, comma_item, lo, hi);
-		int32_t some = seq2(c, item, gmb_rep(c->b, comma_item, lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1));
-		tf = lo == 0 ? alt2(c, gmb_eps(c->b), some) : some;
+		int32_t some = sc_seq2(c, item, gmb_rep(c->b, comma_item, lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1));
+		tf = lo == 0 ? sc_alt2(c, gmb_eps(c->b), some) : some;
 	}
 	for (int i = k - 1; i >= 0 && !c->b->failed; i--) {
 		int32_t e = sym(c, prefix->a[i]);
-		int32_t nf = seq2(c, e, ta), na = seq3(c, L(c, ","), e, ta);
+		int32_t nf = sc_seq2(c, e, ta), na = sc_seq3(c, sc_lit(c, ","), e, ta);
 		if (i >= mn) {
-			nf = alt2(c, gmb_eps(c->b), nf);
-			na = alt2(c, gmb_eps(c->b), na);
+			nf = sc_alt2(c, gmb_eps(c->b), nf);
+			na = sc_alt2(c, gmb_eps(c->b), na);
 		}
 		tf = nf;
 		ta = na;
 	}
-	return seq3(c, L(c, "["), tf, L(c, "]"));
+	return sc_seq3(c, sc_lit(c, "["), tf, sc_lit(c, "]"));
 }
 
 /* ---- objects ------------------------------------------------------------ */
@@ -578,7 +520,7 @@ static uint32_t cp_at(const char *s, size_t n, size_t *len)
 static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth)
 {
 	if (depth > 256)
-		return serr(c, "property name too long%s", ""), 0;
+		return sc_err(c, "property name too long%s", ""), 0;
 	int32_t *alts = malloc((n + 2) * sizeof *alts);
 	uint32_t *cps = malloc((n + 1) * sizeof *cps);
 	if (!alts || !cps) {
@@ -599,9 +541,9 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 		cps_add(&next, cp, cp);
 	}
 	if (!ends)
-		alts[na++] = L(c, "\"");
+		alts[na++] = sc_lit(c, "\"");
 	cps_negate(&next);
-	alts[na++] = seq3(c, gm_json_chars(c->b, &next), gmb_rep(c->b, jchar(c), 0, -1), L(c, "\""));
+	alts[na++] = sc_seq3(c, gm_json_chars(c->b, &next), gmb_rep(c->b, jchar(c), 0, -1), sc_lit(c, "\""));
 	cps_free(&next);
 	for (int i = 0; i < n && !c->b->failed; i++) {
 		if (kl[i] == off)
@@ -635,7 +577,7 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 		cps_add(&one, cp, cp);
 		int32_t ch = gm_json_chars(c->b, &one);
 		cps_free(&one);
-		alts[na++] = seq2(c, ch, other_name(c, sk, sl, m, off + l, depth + 1));
+		alts[na++] = sc_seq2(c, ch, other_name(c, sk, sl, m, off + l, depth + 1));
 		free(sk);
 		free(sl);
 	}
@@ -645,25 +587,17 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 	return r;
 }
 
-/* Does the JSON string contents of name match the pattern (searching)? */
-static bool pattern_matches(const char *re, size_t rl, const char *name, size_t nl)
+/* Does name match the pattern (searching)? 1, 0, or -1 when the
+ * pattern cannot be read. */
+static int pattern_matches(const char *re, size_t rl, const char *name, size_t nl)
 {
-	struct gm_b b;
-	char err[64];
-	gmb_init(&b, err, sizeof err);
-	int32_t start = gm_regex(&b, re, rl, true);
-	struct gm_grammar *g = gmb_finish(&b, start);
-	gmb_free(&b);
-	if (!g)
-		return false;
-	struct gbuf q = { 0 };
-	jv_dump_str(&q, name, nl);
-	struct gm_matcher *m = gm_matcher_new(g, NULL);
-	bool ok = m && !q.oom && gm_matcher_accept_bytes(m, q.p + 1, q.n - 2) == 0 && gm_matcher_is_complete(m);
-	gm_matcher_free(m);
-	gm_grammar_unref(g);
-	free(q.p);
-	return ok;
+	char err[160];
+	struct gm_dfa *d = gm_dfa_new(&re, &rl, 1, err, sizeof err);
+	if (!d)
+		return -1;
+	int r = gm_dfa_match(d, name, nl) & 1;
+	gm_dfa_free(d);
+	return r;
 }
 
 /* The schema of an undeclared member: the first pattern it matches, else
@@ -671,9 +605,115 @@ static bool pattern_matches(const char *re, size_t rl, const char *name, size_t 
 static const struct jv *pattern_schema(const struct jv *pp, const char *name, size_t nl, const struct jv *ap)
 {
 	for (int i = 0; pp && pp->t == JV_OBJ && i < pp->n; i++)
-		if (pattern_matches(pp->keys[i], pp->klen[i], name, nl))
+		if (pattern_matches(pp->keys[i], pp->klen[i], name, nl) == 1)
 			return pp->a[i];
 	return ap;
+}
+
+/* propertyNames as patterns and a length; false when it says more. */
+static bool names_rule(struct sc *c, const struct jv *pn, struct pats *p, long *mn, long *mx)
+{
+	pn = deref(c, pn);
+	if (!pn || pn->t != JV_OBJ)
+		return false;
+	for (int i = 0; i < pn->n; i++) {
+		const char *k = pn->keys[i];
+		const struct jv *v = pn->a[i];
+		if (!strcmp(k, "pattern") && v->t == JV_STR) {
+			pats_add(c, p, v->s, v->len, false);
+		} else if (!strcmp(k, "format")) {
+			const char *re = format_re(v);
+			if (re)
+				pats_add(c, p, re, strlen(re), false);
+		} else if ((!strcmp(k, "minLength") || !strcmp(k, "maxLength")) && v->t == JV_NUM) {
+			*(k[1] == 'i' ? mn : mx) = (long)v->num;
+		} else if ((!strcmp(k, "enum") && v->t == JV_ARR) || !strcmp(k, "const")) {
+			int m = k[0] == 'e' ? v->n : 1;
+			const char **nk = malloc((m + 1) * sizeof *nk);
+			size_t *nl = malloc((m + 1) * sizeof *nl), rl = 0;
+			int q = 0;
+			for (int j = 0; nk && nl && j < m; j++) {
+				const struct jv *x = k[0] == 'e' ? v->a[j] : v;
+				if (x->t == JV_STR)
+					nk[q] = x->s, nl[q++] = x->len;
+			}
+			const char *re = nk && nl ? names_re(c, nk, nl, q, &rl) : NULL;
+			free(nk);
+			free(nl);
+			if (!re)
+				return false;
+			pats_add(c, p, re, rl, false);
+		} else if (!(!strcmp(k, "type") && v->t == JV_STR && !strcmp(v->s, "string")) &&
+			   sc_in(k, sc_validation)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* One undeclared member when patternProperties or propertyNames rule the
+ * keys: for each set of patterns a key can match (and no declared name),
+ * the key's strings and the value all those patterns' schemas want, or
+ * additionalProperties' where it matches none. Exact for up to 4 patterns;
+ * past that a key matching several is checked against one of them. */
+static int32_t keyed(struct sc *c, const struct jv *pp, const struct jv *ap, const struct jv *pn, const char *const *nk,
+		     const size_t *nl, int n)
+{
+	struct pats p = { .n = 0 };
+	int m = pp ? pp->n : 0;
+	long mn = 0, mx = -1;
+	if (m > 30)
+		return sc_err(c, "more than 30 %s", "patternProperties"), 0;
+	for (int i = 0; i < m; i++)
+		pats_add(c, &p, pp->keys[i], pp->klen[i], false);
+	uint32_t ppbits = m == 32 ? ~0u : (1u << m) - 1, decl = 0, names = 0;
+	if (n) {
+		size_t rl = 0;
+		const char *re = names_re(c, nk, nl, n, &rl);
+		if (!re)
+			return 0;
+		decl = 1u << p.n;
+		pats_add(c, &p, re, rl, true);
+	}
+	if (pn && pn->t == JV_BOOL && !pn->b)
+		return 0;
+	int before = p.n;
+	if (pn && !names_rule(c, pn, &p, &mn, &mx))
+		return c->b->failed ? 0 : sc_err(c, "unsupported keyword '%s' (only pattern, length, enum)", "propertyNames"), 0;
+	if (p.n == 0) /* the empty pattern: every key */
+		pats_add(c, &p, "", 0, false);
+	for (int i = before; i < p.n; i++)
+		names |= 1u << i;
+	char err[160];
+	struct gm_dfa *d = gm_dfa_new(p.re, p.len, p.n, err, sizeof err);
+	if (!d)
+		return gmb_fail(c->b, "%s", err), 0;
+	bool exact = m <= 4;
+	int nsets = exact ? 1 << m : m + 1;
+	int32_t *alts = malloc(nsets * sizeof *alts);
+	int na = 0;
+	for (int k = 0; alts && k < nsets && !c->b->failed; k++) {
+		uint32_t set = exact ? (uint32_t)k : k < m ? 1u << k : 0;
+		uint32_t must = set | names, must_not = decl | (exact || !set ? ppbits & ~set : 0);
+		const struct jv *val = ap;
+		if (set) {
+			struct jv *l = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
+			for (int i = 0; l && o && i < m; i++)
+				if (set >> i & 1)
+					sc_put(c, l, NULL, 0, pp->a[i]);
+			if (o && l)
+				sc_put(c, o, "allOf", 5, l);
+			val = l && l->n == 1 ? l->a[0] : o;
+		}
+		if ((val && val->t == JV_BOOL && !val->b) || !gm_dfa_some(d, must, must_not))
+			continue;
+		int32_t key = sc_seq3(c, sc_lit(c, "\""), gm_dfa_string(c->b, d, must, must_not, mn, mx), sc_lit(c, "\":"));
+		alts[na++] = sc_seq2(c, key, !val || sc_true(val) ? json_any(c) : sym(c, val));
+	}
+	gm_dfa_free(d);
+	int32_t r = !alts ? (gmb_fail(c->b, "out of memory"), 0) : na ? gmb_alt(c->b, alts, na) : 0;
+	free(alts);
+	return r;
 }
 
 static int32_t object(struct sc *c, const struct jv *s)
@@ -700,25 +740,26 @@ static int32_t object(struct sc *c, const struct jv *s)
 			e[n++] = (struct ent){ r->s, r->len, pattern_schema(pp, r->s, r->len, ap), false };
 		e[j].req = true;
 	}
+	/* a declared member whose name a pattern matches answers to both */
+	for (int i = 0; i < np && pp && pp->t == JV_OBJ; i++)
+		for (int j = 0; j < pp->n; j++)
+			if (pattern_matches(pp->keys[j], pp->klen[j], e[i].k, e[i].kl) == 1)
+				e[i].s = e[i].s ? sc_pair(c, e[i].s, pp->a[j]) : pp->a[j];
 	bool ap_false = ap && ap->t == JV_BOOL && !ap->b;
 	int32_t extra = 0; /* one undeclared member, 0 if none is allowed */
-	if (pp && pp->t == JV_OBJ && pp->n > 0) {
-		if (!ap_false) {
+	const struct jv *pn = jv_get(s, "propertyNames");
+	if ((pp && pp->t == JV_OBJ && pp->n > 0) || (pn && !sc_true(pn) && !(pn->t == JV_OBJ && pn->n == 0))) {
+		const char **nk = malloc((n + 1) * sizeof *nk);
+		size_t *nl = malloc((n + 1) * sizeof *nl);
+		for (int i = 0; nk && nl && i < n; i++)
+			nk[i] = e[i].k, nl[i] = e[i].kl;
+		extra = nk && nl ? keyed(c, pp && pp->t == JV_OBJ ? pp : NULL, ap, pn, nk, nl, n) : 0;
+		free(nk);
+		free(nl);
+		if (c->b->failed) {
 			free(e);
-			return serr(c, "unsupported keyword '%s' (only with additionalProperties false)",
-				    "patternProperties"), 0;
+			return 0;
 		}
-		int32_t *alts = malloc(pp->n * sizeof *alts);
-		if (!alts) {
-			free(e);
-			return gmb_fail(c->b, "out of memory"), 0;
-		}
-		for (int i = 0; i < pp->n; i++) {
-			int32_t key = seq3(c, L(c, "\""), gm_regex(c->b, pp->keys[i], pp->klen[i], true), L(c, "\":"));
-			alts[i] = seq2(c, key, sym(c, pp->a[i]));
-		}
-		extra = gmb_alt(c->b, alts, pp->n);
-		free(alts);
 	} else if (!ap_false) {
 		const char **nk = malloc((n + 1) * sizeof *nk);
 		size_t *nl = malloc((n + 1) * sizeof *nl);
@@ -730,70 +771,83 @@ static int32_t object(struct sc *c, const struct jv *s)
 		}
 		for (int i = 0; i < n; i++)
 			nk[i] = e[i].k, nl[i] = e[i].kl;
-		int32_t key = n ? seq2(c, L(c, "\""), other_name(c, nk, nl, n, 0, 0)) : json_string(c);
+		int32_t key = n ? sc_seq2(c, sc_lit(c, "\""), other_name(c, nk, nl, n, 0, 0)) : json_string(c);
 		free(nk);
 		free(nl);
-		extra = seq3(c, key, L(c, ":"), !ap || is_true(ap) ? json_any(c) : sym(c, ap));
+		extra = sc_seq3(c, key, sc_lit(c, ":"), !ap || sc_true(ap) ? json_any(c) : sym(c, ap));
 	}
 	const struct jv *v;
-	long mnp = -1, mxp = -1, nreq = 0;
-	for (int i = 0; i < n; i++)
-		nreq += e[i].req;
-	if ((v = jv_get(s, "minProperties")) && v->t == JV_NUM)
-		mnp = (long)v->num;
-	if ((v = jv_get(s, "maxProperties")) && v->t == JV_NUM)
+	long mnp = 0, mxp = -1;
+	if ((v = jv_get(s, "minProperties")) && v->t == JV_NUM && v->num > 0)
+		mnp = (long)ceil(v->num);
+	if ((v = jv_get(s, "maxProperties")) && v->t == JV_NUM && v->num >= 0)
 		mxp = (long)v->num;
-	if ((mnp > nreq) || (mxp >= 0 && (extra || mxp < n))) {
+	if (mxp >= 0 && !extra && mxp >= n)
+		mxp = -1; /* says nothing more than the declared names do */
+	/* counts 0..cap of members written so far, the last standing for "cap
+	 * or more" when there is no maximum */
+	long cap = mxp >= 0 ? mxp : mnp > 1 ? mnp : 1;
+	if (cap > 64) {
 		free(e);
-		return serr(c, "unsupported keyword '%s'", mnp > nreq ? "minProperties" : "maxProperties"), 0;
+		return sc_err(c, "'%s' above 64", mxp >= 0 ? "maxProperties" : "minProperties"), 0;
 	}
-	/* from the end: A = the rest after something was written, B = before */
-	int32_t A, B;
-	if (extra) {
-		int32_t ce = seq2(c, L(c, ","), extra);
-		A = gmb_rep(c->b, ce, 0, -1);
-		B = alt2(c, gmb_eps(c->b), seq2(c, extra, A));
-	} else {
-		A = B = gmb_eps(c->b);
+	int32_t *T = malloc((cap + 1) * sizeof *T), *U = malloc((cap + 1) * sizeof *U);
+	if (!T || !U) {
+		free(e), free(T), free(U);
+		return gmb_fail(c->b, "out of memory"), 0;
+	}
+	/* T[k]: the rest of the object after k members (no comma first at 0) */
+	for (long k = 0; k <= cap; k++) {
+		long lo = mnp > k ? mnp - k : 0, hi = mxp < 0 ? -1 : mxp - k;
+		if (!extra) {
+			T[k] = lo == 0 ? gmb_eps(c->b) : gmb_none(c->b);
+		} else if (k > 0) {
+			T[k] = gmb_rep(c->b, sc_seq2(c, sc_lit(c, ","), extra), lo, hi);
+		} else {
+			int32_t more = gmb_rep(c->b, sc_seq2(c, sc_lit(c, ","), extra), lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
+			int32_t some = hi == 0 ? gmb_none(c->b) : sc_seq2(c, extra, more);
+			T[k] = lo == 0 ? sc_alt2(c, gmb_eps(c->b), some) : some;
+		}
 	}
 	for (int i = n - 1; i >= 0 && !c->b->failed; i--) {
 		const struct jv *ps = e[i].s;
-		bool never = ps && ps->t == JV_BOOL && !ps->b;
-		if (never) {
-			if (e[i].req) {
-				A = B = gmb_none(c->b);
-			}
+		if (ps && ps->t == JV_BOOL && !ps->b) { /* never there */
+			if (e[i].req)
+				for (long k = 0; k <= cap; k++)
+					T[k] = gmb_none(c->b);
 			continue;
 		}
-		int32_t kv = seq2(c, key_lit(c, e[i].k, e[i].kl), !ps || is_true(ps) ? json_any(c) : sym(c, ps));
-		int32_t nA = seq3(c, L(c, ","), kv, A), nB = seq2(c, kv, A);
-		if (!e[i].req) {
-			nA = alt2(c, nA, A);
-			nB = alt2(c, nB, B);
+		int32_t kv = sc_seq2(c, key_lit(c, e[i].k, e[i].kl), !ps || sc_true(ps) ? json_any(c) : sym(c, ps));
+		for (long k = 0; k <= cap; k++) {
+			long next = k < cap ? k + 1 : mxp >= 0 ? -1 : cap;
+			int32_t with = next < 0 ? gmb_none(c->b) : k ? sc_seq3(c, sc_lit(c, ","), kv, T[next]) : sc_seq2(c, kv, T[next]);
+			U[k] = e[i].req ? with : sc_alt2(c, with, T[k]);
 		}
-		A = nA;
-		B = nB;
+		memcpy(T, U, (cap + 1) * sizeof *T);
 	}
+	int32_t B = T[0];
+	free(T);
+	free(U);
 	free(e);
-	return seq3(c, L(c, "{"), B, L(c, "}"));
+	return sc_seq3(c, sc_lit(c, "{"), B, sc_lit(c, "}"));
 }
 
 /* ---- allOf: one schema from several ----------------------------------- */
 
-static struct jv *type_list(struct sc *c, const struct jv *t)
+struct jv *sc_types(struct sc *c, const struct jv *t)
 {
-	struct jv *l = jnew(c, JV_ARR);
+	struct jv *l = sc_new(c, JV_ARR);
 	if (!l)
 		return NULL;
 	if (t->t == JV_STR)
-		jput(c, l, NULL, 0, (struct jv *)t);
+		sc_put(c, l, NULL, 0, (struct jv *)t);
 	else if (t->t == JV_ARR)
 		for (int i = 0; i < t->n; i++)
-			jput(c, l, NULL, 0, t->a[i]);
+			sc_put(c, l, NULL, 0, t->a[i]);
 	return l;
 }
 
-static bool has_type(const struct jv *l, const char *t)
+bool sc_has_type(const struct jv *l, const char *t)
 {
 	for (int i = 0; i < l->n; i++)
 		if (l->a[i]->t == JV_STR && (!strcmp(l->a[i]->s, t) ||
@@ -805,24 +859,26 @@ static bool has_type(const struct jv *l, const char *t)
 static void merge_into(struct sc *c, struct jv *res, const struct jv *s, int depth)
 {
 	if (depth > 32) {
-		serr(c, "%s nested too deep", "allOf");
+		sc_err(c, "%s nested too deep", "allOf");
 		return;
 	}
 	if (s && s->t == JV_BOOL) {
-		struct jv *t = s->b ? NULL : jnew(c, JV_BOOL);
+		struct jv *t = s->b ? NULL : sc_new(c, JV_BOOL);
 		if (t) {
 			t->b = true;
-			jput(c, res, "not", 3, t); /* not: true, nothing matches */
+			sc_put(c, res, "not", 3, t); /* not: true, nothing matches */
 		}
 		return;
 	}
 	if (!s || s->t != JV_OBJ) {
-		serr(c, "%s: a schema is not an object", "allOf");
+		sc_err(c, "%s: a schema is not an object", "allOf");
 		return;
 	}
+	if (!(s = sc_rewrite(c, s)))
+		return;
 	const struct jv *r = jv_get(s, "$ref");
 	if (r && r->t == JV_STR) {
-		const struct jv *t = pointer(c, r->s);
+		const struct jv *t = sc_pointer(c, r->s);
 		if (!t)
 			return;
 		merge_into(c, res, t, depth + 1);
@@ -836,96 +892,128 @@ static void merge_into(struct sc *c, struct jv *res, const struct jv *s, int dep
 		const struct jv *v = s->a[i], *old = jv_get(res, k);
 		if (!strcmp(k, "allOf") || !strcmp(k, "$ref"))
 			continue;
-		if (!old || in(k, annotations) || !in(k, validation)) {
+		if (!old || sc_in(k, sc_annotations) || (!sc_in(k, sc_validation) && k[0] != '\x01')) {
 			if (!old)
-				jput(c, res, k, s->klen[i], (struct jv *)v);
+				sc_put(c, res, k, s->klen[i], (struct jv *)v);
 			continue;
 		}
 		if (jv_equal(old, v))
 			continue;
+		if (k[0] == '\x01' && old->t == JV_ARR && v->t == JV_ARR) { /* internal lists: both */
+			struct jv *l = sc_new(c, JV_ARR);
+			for (int j = 0; l && j < old->n; j++)
+				sc_put(c, l, NULL, 0, old->a[j]);
+			for (int j = 0; l && j < v->n; j++)
+				sc_put(c, l, NULL, 0, v->a[j]);
+			sc_put(c, res, k, s->klen[i], l);
+			continue;
+		}
+		if (!strcmp(k, "pattern")) { /* both must match */
+			struct jv *l = sc_new(c, JV_ARR);
+			const struct jv *was = jv_get(res, "\x01patterns");
+			for (int j = 0; l && was && j < was->n; j++)
+				sc_put(c, l, NULL, 0, was->a[j]);
+			sc_put(c, l, NULL, 0, (struct jv *)v);
+			sc_put(c, res, "\x01patterns", 9, l);
+			continue;
+		}
+		if (!strcmp(k, "const")) { /* two different values: nothing */
+			sc_put(c, res, "not", 3, sc_new(c, JV_OBJ));
+			continue;
+		}
+		if (!strcmp(k, "not")) { /* not a and not b: not (a or b) */
+			struct jv *l = sc_new(c, JV_ARR), *o = sc_new(c, JV_OBJ);
+			if (!l || !o)
+				return;
+			sc_put(c, l, NULL, 0, (struct jv *)old);
+			sc_put(c, l, NULL, 0, (struct jv *)v);
+			sc_put(c, o, "anyOf", 5, l);
+			sc_put(c, res, k, s->klen[i], o);
+			continue;
+		}
 		if (!strcmp(k, "properties") && old->t == JV_OBJ && v->t == JV_OBJ) {
-			struct jv *o = jnew(c, JV_OBJ);
+			struct jv *o = sc_new(c, JV_OBJ);
 			if (!o)
 				return;
 			for (int j = 0; j < old->n; j++)
-				jput(c, o, old->keys[j], old->klen[j], old->a[j]);
+				sc_put(c, o, old->keys[j], old->klen[j], old->a[j]);
 			for (int j = 0; j < v->n; j++) {
 				const struct jv *was = jv_get(o, v->keys[j]);
-				jput(c, o, v->keys[j], v->klen[j], was ? pair(c, was, v->a[j]) : v->a[j]);
+				sc_put(c, o, v->keys[j], v->klen[j], was ? sc_pair(c, was, v->a[j]) : v->a[j]);
 			}
-			jput(c, res, k, s->klen[i], o);
+			sc_put(c, res, k, s->klen[i], o);
 		} else if (!strcmp(k, "required") && old->t == JV_ARR && v->t == JV_ARR) {
-			struct jv *l = jnew(c, JV_ARR);
+			struct jv *l = sc_new(c, JV_ARR);
 			if (!l)
 				return;
 			for (int j = 0; j < old->n; j++)
-				jput(c, l, NULL, 0, old->a[j]);
+				sc_put(c, l, NULL, 0, old->a[j]);
 			for (int j = 0; j < v->n; j++) {
 				bool dup = false;
 				for (int q = 0; q < l->n && !dup; q++)
 					dup = jv_equal(l->a[q], v->a[j]);
 				if (!dup)
-					jput(c, l, NULL, 0, v->a[j]);
+					sc_put(c, l, NULL, 0, v->a[j]);
 			}
-			jput(c, res, k, s->klen[i], l);
+			sc_put(c, res, k, s->klen[i], l);
 		} else if (!strcmp(k, "type")) {
-			struct jv *a = type_list(c, old), *b = type_list(c, v), *l = jnew(c, JV_ARR);
+			struct jv *a = sc_types(c, old), *b = sc_types(c, v), *l = sc_new(c, JV_ARR);
 			if (!a || !b || !l)
 				return;
 			for (int j = 0; j < a->n; j++)
-				if (a->a[j]->t == JV_STR && has_type(b, a->a[j]->s))
-					jput(c, l, NULL, 0, a->a[j]);
-				else if (a->a[j]->t == JV_STR && !strcmp(a->a[j]->s, "number") && has_type(b, "integer")) {
-					struct jv *t = jnew(c, JV_STR);
+				if (a->a[j]->t == JV_STR && sc_has_type(b, a->a[j]->s))
+					sc_put(c, l, NULL, 0, a->a[j]);
+				else if (a->a[j]->t == JV_STR && !strcmp(a->a[j]->s, "number") && sc_has_type(b, "integer")) {
+					struct jv *t = sc_new(c, JV_STR);
 					if (!t)
 						return;
 					t->s = "integer";
 					t->len = 7;
-					jput(c, l, NULL, 0, t);
+					sc_put(c, l, NULL, 0, t);
 				}
-			jput(c, res, k, s->klen[i], l);
+			sc_put(c, res, k, s->klen[i], l);
 		} else if (!strcmp(k, "enum") && old->t == JV_ARR && v->t == JV_ARR) {
-			struct jv *l = jnew(c, JV_ARR);
+			struct jv *l = sc_new(c, JV_ARR);
 			if (!l)
 				return;
 			for (int j = 0; j < old->n; j++)
 				for (int q = 0; q < v->n; q++)
 					if (jv_equal(old->a[j], v->a[q])) {
-						jput(c, l, NULL, 0, old->a[j]);
+						sc_put(c, l, NULL, 0, old->a[j]);
 						break;
 					}
-			jput(c, res, k, s->klen[i], l);
+			sc_put(c, res, k, s->klen[i], l);
 		} else if ((!strcmp(k, "additionalProperties") || !strcmp(k, "items")) && old->t != JV_ARR &&
 			   v->t != JV_ARR) {
-			jput(c, res, k, s->klen[i], pair(c, old, v));
+			sc_put(c, res, k, s->klen[i], sc_pair(c, old, v));
 		} else if (old->t == JV_NUM && v->t == JV_NUM &&
 			   (!strcmp(k, "minimum") || !strcmp(k, "minLength") || !strcmp(k, "minItems") ||
 			    !strcmp(k, "maximum") || !strcmp(k, "maxLength") || !strcmp(k, "maxItems"))) {
 			bool take_max = !strncmp(k, "min", 3);
 			if (take_max ? v->num > old->num : v->num < old->num)
-				jput(c, res, k, s->klen[i], (struct jv *)v);
+				sc_put(c, res, k, s->klen[i], (struct jv *)v);
 		} else if ((!strcmp(k, "anyOf") || !strcmp(k, "oneOf")) && v->t == JV_ARR && old->t == JV_ARR) {
 			/* (a|b) & (c|d): nest the second inside each branch of the first */
-			struct jv *l = jnew(c, JV_ARR);
+			struct jv *l = sc_new(c, JV_ARR);
 			if (!l)
 				return;
 			for (int j = 0; j < old->n; j++) {
-				struct jv *o = jnew(c, JV_OBJ);
+				struct jv *o = sc_new(c, JV_OBJ);
 				if (!o)
 					return;
-				jput(c, o, k, s->klen[i], (struct jv *)v);
-				jput(c, l, NULL, 0, pair(c, old->a[j], o));
+				sc_put(c, o, k, s->klen[i], (struct jv *)v);
+				sc_put(c, l, NULL, 0, sc_pair(c, old->a[j], o));
 			}
-			jput(c, res, k, s->klen[i], l);
+			sc_put(c, res, k, s->klen[i], l);
 		} else {
-			serr(c, "allOf: conflicting values for '%s'", k);
+			sc_err(c, "allOf: conflicting values for '%s'", k);
 		}
 	}
 }
 
-static const struct jv *merge_list(struct sc *c, const struct jv *const *parts, int n)
+const struct jv *sc_merge(struct sc *c, const struct jv *const *parts, int n)
 {
-	struct jv *res = jnew(c, JV_OBJ);
+	struct jv *res = sc_new(c, JV_OBJ);
 	if (!res)
 		return NULL;
 	for (int i = 0; i < n && !c->b->failed; i++)
@@ -952,7 +1040,7 @@ static int32_t by_type(struct sc *c, const struct jv *s)
 			while (k < 7 && !(l[i]->t == JV_STR && !strcmp(l[i]->s, all[k])))
 				k++;
 			if (k == 7)
-				return serr(c, "unknown type in '%s'", "type"), 0;
+				return sc_err(c, "unknown type in '%s'", "type"), 0;
 			want[k] = true;
 		}
 		if (want[3])
@@ -963,81 +1051,113 @@ static int32_t by_type(struct sc *c, const struct jv *s)
 	if (want[0]) alts[n++] = object(c, s);
 	if (want[1]) alts[n++] = array(c, s);
 	if (want[2]) alts[n++] = string(c, s);
-	if (want[3]) alts[n++] = number(c, s);
-	if (want[4]) alts[n++] = integer(c, s);
-	if (want[5]) alts[n++] = alt2(c, L(c, "true"), L(c, "false"));
-	if (want[6]) alts[n++] = L(c, "null");
+	if (want[3]) alts[n++] = sc_number(c, s);
+	if (want[4]) alts[n++] = sc_integer(c, s);
+	if (want[5]) alts[n++] = sc_alt2(c, sc_lit(c, "true"), sc_lit(c, "false"));
+	if (want[6]) alts[n++] = sc_lit(c, "null");
 	return n ? gmb_alt(c->b, alts, n) : gmb_none(c->b);
 }
 
 static int32_t body(struct sc *c, const struct jv *s);
 
-/* The forms of "not" a grammar can say: not {} (nothing), not {"type": T}
- * (the other types), not {"required": [name]} (that member never there).
- * Returns s rewritten without "not", or NULL (refused, or nothing). */
-static const struct jv *drop_not(struct sc *c, const struct jv *s, bool *nothing)
+static size_t n_chars(const char *s, size_t n)
 {
-	const struct jv *n = jv_get(s, "not");
-	*nothing = false;
-	if (n->t == JV_BOOL || (n->t == JV_OBJ && n->n == 0)) {
-		if (n->t == JV_OBJ || n->b) {
-			*nothing = true;
-			return NULL;
-		}
-	} else if (n->t != JV_OBJ || n->n != 1 ||
-		   (strcmp(n->keys[0], "type") && strcmp(n->keys[0], "required"))) {
-		return serr(c, "unsupported keyword '%s' (only not {}, not {type}, not {required: [one]})",
-			    "not"), NULL;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += ((unsigned char)s[i] & 0xC0) != 0x80;
+	return k;
+}
+
+/* An enum/const value against the sibling keywords it can be checked
+ * against here: type, the other list, lengths, pattern, bounds, counts,
+ * required. The rest of the siblings are not checked (docs/grammar.md). */
+static bool value_fits(const struct jv *s, const struct jv *v, const struct jv *other)
+{
+	static const char *const tn[] = { [JV_NULL] = "null", [JV_BOOL] = "boolean", [JV_NUM] = "number",
+					  [JV_STR] = "string", [JV_ARR] = "array", [JV_OBJ] = "object" };
+	const struct jv *t = jv_get(s, "type"), *x;
+	if (t) {
+		const struct jv *one[1] = { t };
+		const struct jv *const *l = t->t == JV_ARR ? (const struct jv *const *)t->a : one;
+		bool ok = false;
+		for (int i = 0; i < (t->t == JV_ARR ? t->n : 1) && !ok; i++)
+			ok = l[i]->t == JV_STR && (!strcmp(l[i]->s, tn[v->t]) ||
+						   (v->t == JV_NUM && !strcmp(l[i]->s, "integer") && v->num == floor(v->num)));
+		if (!ok)
+			return false;
 	}
-	struct jv *o = jnew(c, JV_OBJ);
-	if (!o)
-		return NULL;
-	for (int i = 0; i < s->n; i++)
-		if (strcmp(s->keys[i], "not"))
-			jput(c, o, s->keys[i], s->klen[i], s->a[i]);
-	if (n->t == JV_BOOL)
-		return o;
-	if (!strcmp(n->keys[0], "type")) {
-		static const char *const all[] = { "object", "array", "string", "number", "integer", "boolean", "null" };
-		const struct jv *t = jv_get(s, "type"), *x = type_list(c, n->a[0]);
-		struct jv *keep = jnew(c, JV_ARR);
-		if (!x || !keep)
-			return NULL;
-		for (int k = 0; k < 7; k++) {
-			struct jv one = { .t = JV_STR, .s = (char *)all[k], .len = strlen(all[k]) };
-			struct jv *l1 = type_list(c, &one);
-			if (!l1 || (t && !has_type(type_list(c, t), all[k])) || has_type(x, all[k]))
-				continue;
-			if (k == 3 && has_type(x, "integer"))
-				return serr(c, "unsupported keyword '%s' (not integer among numbers)", "not"), NULL;
-			struct jv *str = jnew(c, JV_STR);
-			if (!str)
-				return NULL;
-			str->s = (char *)all[k];
-			str->len = strlen(all[k]);
-			jput(c, keep, NULL, 0, str);
-		}
-		jput(c, o, "type", 4, keep);
-		return o;
+	if (other) {
+		bool in_other = false;
+		for (int i = 0; i < other->n && !in_other; i++)
+			in_other = jv_equal(other->a[i], v);
+		if (!in_other)
+			return false;
 	}
-	const struct jv *r = n->a[0];
-	if (r->t != JV_ARR || r->n != 1 || r->a[0]->t != JV_STR)
-		return serr(c, "unsupported keyword '%s' (only not {required: [one name]})", "not"), NULL;
-	const struct jv *req = jv_get(s, "required");
-	for (int i = 0; req && req->t == JV_ARR && i < req->n; i++)
-		if (jv_equal(req->a[i], r->a[0])) {
-			*nothing = true;
-			return NULL;
-		}
-	struct jv *props = jnew(c, JV_OBJ), *f = jnew(c, JV_BOOL);
-	if (!props || !f)
+	double d;
+	if (v->t == JV_STR) {
+		size_t n = n_chars(v->s, v->len);
+		if (((x = jv_get(s, "minLength")) && x->t == JV_NUM && n < x->num) ||
+		    ((x = jv_get(s, "maxLength")) && x->t == JV_NUM && n > x->num))
+			return false;
+		if ((x = jv_get(s, "pattern")) && x->t == JV_STR && pattern_matches(x->s, x->len, v->s, v->len) == 0)
+			return false;
+	}
+	if (v->t == JV_NUM) {
+		d = v->num;
+		if (((x = jv_get(s, "minimum")) && x->t == JV_NUM && d < x->num) ||
+		    ((x = jv_get(s, "maximum")) && x->t == JV_NUM && d > x->num) ||
+		    ((x = jv_get(s, "exclusiveMinimum")) && x->t == JV_NUM && d <= x->num) ||
+		    ((x = jv_get(s, "exclusiveMaximum")) && x->t == JV_NUM && d >= x->num))
+			return false;
+	}
+	if (v->t == JV_ARR && (((x = jv_get(s, "minItems")) && x->t == JV_NUM && v->n < x->num) ||
+			       ((x = jv_get(s, "maxItems")) && x->t == JV_NUM && v->n > x->num)))
+		return false;
+	if (v->t == JV_OBJ) {
+		if (((x = jv_get(s, "minProperties")) && x->t == JV_NUM && v->n < x->num) ||
+		    ((x = jv_get(s, "maxProperties")) && x->t == JV_NUM && v->n > x->num))
+			return false;
+		x = jv_get(s, "required");
+		for (int i = 0; x && x->t == JV_ARR && i < x->n; i++)
+			if (x->a[i]->t == JV_STR && !jv_get(v, x->a[i]->s))
+				return false;
+	}
+	return true;
+}
+
+#define ONEOF_MAX_ALTS 16
+
+/* oneOf exactly: branch i and not any other. The negations of the
+ * branches, or NULL (then oneOf is read as anyOf) when one cannot be said
+ * or the branches would multiply past ONEOF_MAX_ALTS. */
+static const struct jv **one_of_negs(struct sc *c, const struct jv *l)
+{
+	const struct jv **negs = calloc(l->n, sizeof *negs);
+	int *alts = calloc(l->n, sizeof *alts);
+	bool ok = negs && alts && l->n <= 8;
+	for (int j = 0; ok && j < l->n; j++) {
+		const char *why;
+		negs[j] = sc_negate(c, l->a[j], &why, 0);
+		if (c->b->failed) /* a merge it needed failed: not an error here */
+			c->b->failed = false, negs[j] = NULL;
+		const struct jv *any = negs[j] ? jv_get(negs[j], "anyOf") : NULL;
+		alts[j] = any && any->t == JV_ARR ? any->n : 1;
+		ok = negs[j] != NULL;
+	}
+	long total = 0;
+	for (int i = 0; ok && i < l->n; i++) {
+		long p = 1;
+		for (int j = 0; j < l->n && p <= ONEOF_MAX_ALTS; j++)
+			if (j != i)
+				p *= alts[j];
+		total += p;
+	}
+	free(alts);
+	if (!ok || total > ONEOF_MAX_ALTS) {
+		free(negs);
 		return NULL;
-	const struct jv *old = jv_get(s, "properties");
-	for (int i = 0; old && old->t == JV_OBJ && i < old->n; i++)
-		jput(c, props, old->keys[i], old->klen[i], old->a[i]);
-	jput(c, props, r->a[0]->s, r->a[0]->len, f); /* false: never present */
-	jput(c, o, "properties", 10, props);
-	return o;
+	}
+	return negs;
 }
 
 static int32_t body(struct sc *c, const struct jv *s)
@@ -1045,73 +1165,98 @@ static int32_t body(struct sc *c, const struct jv *s)
 	if (s->t == JV_BOOL)
 		return s->b ? json_any(c) : gmb_none(c->b);
 	if (s->t != JV_OBJ)
-		return serr(c, "a schema must be an object or a boolean%s", ""), 0;
-	if (jv_get(s, "not")) {
-		bool nothing;
-		const struct jv *t = drop_not(c, s, &nothing);
-		return nothing ? gmb_none(c->b) : t ? body(c, t) : 0;
+		return sc_err(c, "a schema must be an object or a boolean%s", ""), 0;
+	const struct jv *rw = sc_rewrite(c, s), *n = jv_get(s, "not");
+	if (rw != s)
+		return rw ? sym(c, rw) : 0;
+	if (n) {
+		if (sc_true(n) || (n->t == JV_OBJ && n->n == 0))
+			return gmb_none(c->b);
+		const char *why = NULL;
+		const struct jv *neg = sc_negate(c, n, &why, 0);
+		if (!neg)
+			return c->b->failed ? 0 : (sc_err(c, "unsupported keyword 'not' (%s)", why), 0);
+		struct jv *rest = sc_new(c, JV_OBJ);
+		for (int i = 0; rest && i < s->n; i++)
+			if (strcmp(s->keys[i], "not"))
+				sc_put(c, rest, s->keys[i], s->klen[i], s->a[i]);
+		const struct jv *parts[2] = { rest, neg };
+		const struct jv *m = rest ? sc_merge(c, parts, 2) : NULL;
+		return m ? sym(c, m) : 0;
 	}
 	for (int i = 0; i < s->n; i++)
-		if (in(s->keys[i], refused))
-			return serr(c, "unsupported keyword '%s'", s->keys[i]), 0;
+		if (sc_in(s->keys[i], refused))
+			return sc_err(c, "unsupported keyword '%s'", s->keys[i]), 0;
 	const struct jv *all = jv_get(s, "allOf"), *r = jv_get(s, "$ref");
 	bool ref_alone = r && r->t == JV_STR;
 	for (int i = 0; i < s->n && ref_alone; i++)
-		if (strcmp(s->keys[i], "$ref") && !in(s->keys[i], annotations))
+		if (strcmp(s->keys[i], "$ref") && !sc_in(s->keys[i], sc_annotations))
 			ref_alone = false;
 	if (ref_alone) {
-		const struct jv *t = pointer(c, r->s);
+		const struct jv *t = sc_pointer(c, r->s);
 		return t ? sym(c, t) : 0;
 	}
 	if ((all && all->t == JV_ARR) || (r && r->t == JV_STR)) {
-		const struct jv *m = merge_list(c, &s, 1);
+		const struct jv *m = sc_merge(c, &s, 1);
 		return m ? sym(c, m) : 0;
 	}
 	const char *which = jv_get(s, "anyOf") ? "anyOf" : jv_get(s, "oneOf") ? "oneOf" : NULL;
 	if (which) {
 		const struct jv *l = jv_get(s, which);
 		if (l->t != JV_ARR || l->n == 0)
-			return serr(c, "'%s' must be a non-empty array", which), 0;
+			return sc_err(c, "'%s' must be a non-empty array", which), 0;
 		/* the siblings, without this keyword, merged into every branch */
-		struct jv *rest = jnew(c, JV_OBJ);
+		struct jv *rest = sc_new(c, JV_OBJ);
 		if (!rest)
 			return 0;
 		bool siblings = false;
 		for (int i = 0; i < s->n; i++)
 			if (strcmp(s->keys[i], which)) {
-				jput(c, rest, s->keys[i], s->klen[i], s->a[i]);
-				siblings |= !in(s->keys[i], annotations);
+				sc_put(c, rest, s->keys[i], s->klen[i], s->a[i]);
+				siblings |= !sc_in(s->keys[i], sc_annotations);
 			}
+		const struct jv **negs = !strcmp(which, "oneOf") ? one_of_negs(c, l) : NULL;
 		int32_t *alts = malloc(l->n * sizeof *alts);
-		if (!alts)
+		const struct jv **br = malloc((l->n + 2) * sizeof *br);
+		if (!alts || !br) {
+			free(alts), free(br), free(negs);
 			return gmb_fail(c->b, "out of memory"), 0;
+		}
 		for (int i = 0; i < l->n && !c->b->failed; i++) {
-			if (!siblings) {
+			if (negs) { /* this branch and none of the others */
+				int np = 0;
+				br[np++] = rest;
+				br[np++] = l->a[i];
+				for (int j = 0; j < l->n; j++)
+					if (j != i)
+						br[np++] = negs[j];
+				const struct jv *m = sc_merge(c, br, np);
+				alts[i] = m ? sym(c, m) : 0;
+			} else if (!siblings) {
 				alts[i] = sym(c, l->a[i]);
 			} else {
 				const struct jv *parts[2] = { rest, l->a[i] };
-				const struct jv *m = merge_list(c, parts, 2);
+				const struct jv *m = sc_merge(c, parts, 2);
 				alts[i] = m ? sym(c, m) : 0;
 			}
 		}
 		int32_t a = c->b->failed ? 0 : gmb_alt(c->b, alts, l->n);
-		free(alts);
+		free(alts), free(br), free(negs);
 		return a;
 	}
 	const struct jv *k = jv_get(s, "const"), *en = jv_get(s, "enum");
-	if (k)
-		return lit_value(c, k);
-	if (en) {
-		if (en->t != JV_ARR)
-			return serr(c, "'%s' must be an array", "enum"), 0;
-		if (en->n == 0)
-			return gmb_none(c->b);
-		int32_t *alts = malloc(en->n * sizeof *alts);
+	if (en && en->t != JV_ARR)
+		return sc_err(c, "'%s' must be an array", "enum"), 0;
+	if (k || en) {
+		const struct jv *const *vals = k ? &k : (const struct jv *const *)en->a;
+		int nv = k ? 1 : en->n, m = 0;
+		int32_t *alts = malloc((nv + 1) * sizeof *alts);
 		if (!alts)
 			return gmb_fail(c->b, "out of memory"), 0;
-		for (int i = 0; i < en->n; i++)
-			alts[i] = lit_value(c, en->a[i]);
-		int32_t a = gmb_alt(c->b, alts, en->n);
+		for (int i = 0; i < nv && !c->b->failed; i++)
+			if (value_fits(s, vals[i], k && en ? en : NULL))
+				alts[m++] = lit_value(c, vals[i]);
+		int32_t a = c->b->failed ? 0 : m ? gmb_alt(c->b, alts, m) : gmb_none(c->b);
 		free(alts);
 		return a;
 	}
@@ -1129,7 +1274,7 @@ static int32_t sym(struct sc *c, const struct jv *s)
 			return c->memo[i].nt;
 	if (++c->depth > SC_MAX_DEPTH) {
 		c->depth--;
-		return serr(c, "schema nested too deep%s", ""), 0;
+		return sc_err(c, "schema nested too deep%s", ""), 0;
 	}
 	if (c->n_memo == c->cap_memo) {
 		int cap = c->cap_memo ? c->cap_memo * 2 : 64;
@@ -1160,6 +1305,9 @@ int32_t gm_schema(struct gm_b *b, const char *src, size_t len)
 		gmb_fail(b, "JSON Schema: %s", err);
 	else
 		s = sym(&c, c.root);
+	for (int i = 0; i < c.n_autom; i++)
+		free(c.autom[i].key);
+	free(c.autom);
 	free(c.memo);
 	jv_arena_free(c.a);
 	return s;
@@ -1228,6 +1376,22 @@ static bool fits(struct sc *c, const struct jv *b, const struct jv *v, const str
 	const struct jv *req = d ? jv_get(d, "required") : NULL;
 	for (int i = 0; ok && req && req->t == JV_ARR && i < req->n; i++)
 		ok = req->a[i]->t != JV_STR || has_key(v, req->a[i]->s, req->a[i]->len);
+	/* a member the branch fixes (const, enum) must have that value */
+	const struct jv *props = d ? jv_get(d, "properties") : NULL;
+	for (int i = 0; ok && props && i < v->n; i++) {
+		const struct jv *p = deref(c, jv_get(props, v->keys[i])), *k;
+		c->b->failed = false;
+		if (!p || p->t != JV_OBJ)
+			continue;
+		if ((k = jv_get(p, "const")))
+			ok = jv_equal(k, v->a[i]);
+		if ((k = jv_get(p, "enum")) && k->t == JV_ARR) {
+			bool any = false;
+			for (int j = 0; j < k->n && !any; j++)
+				any = jv_equal(k->a[j], v->a[i]);
+			ok = ok && any;
+		}
+	}
 	free(t.k);
 	free(t.l);
 	return ok;
@@ -1240,7 +1404,7 @@ static void props_for(struct sc *c, const struct jv *s, const struct jv *v, stru
 		return;
 	const struct jv *r = jv_get(s, "$ref");
 	if (r && r->t == JV_STR) {
-		const struct jv *t = pointer(c, r->s);
+		const struct jv *t = sc_pointer(c, r->s);
 		c->b->failed = false;
 		props_for(c, t, v, o, depth + 1);
 	}
@@ -1269,7 +1433,7 @@ static void props_of(struct sc *c, const struct jv *s, struct names *o, int dept
 		return;
 	const struct jv *r = jv_get(s, "$ref");
 	if (r && r->t == JV_STR) {
-		const struct jv *t = pointer(c, r->s);
+		const struct jv *t = sc_pointer(c, r->s);
 		c->b->failed = false;
 		props_of(c, t, o, depth + 1);
 	}

@@ -80,6 +80,82 @@ START_TEST(test_languages)
 }
 END_TEST
 
+/* Each keyword the grammar says by rewriting or counting: a valid instance
+ * accepted, an invalid one refused. */
+static const struct { const char *schema; const char *yes[4], *no[4]; } kw[] = {
+	{ "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"minProperties\":2}",
+	  { "{\"a\":1,\"c\":2}", "{\"a\":1,\"x\":2}" }, { "{\"a\":1}", "{}", "{\"x\":1}" } },
+	{ "{\"type\":\"object\",\"properties\":{\"a\":{}},\"maxProperties\":2}",
+	  { "{\"a\":1,\"x\":2}", "{}" }, { "{\"a\":1,\"x\":2,\"y\":3}", "{\"x\":1,\"y\":2,\"z\":3}" } },
+	{ "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"dependentRequired\":{\"a\":[\"b\"]}}",
+	  { "{\"a\":1,\"b\":2}", "{\"b\":2}", "{}" }, { "{\"a\":1}" } },
+	{ "{\"dependencies\":{\"a\":{\"required\":[\"c\"]}}}", { "{\"a\":1,\"c\":2}", "{\"c\":2}", "5" },
+	  { "{\"a\":1}", "{\"z\":1,\"a\":2}" } },
+	{ "{\"dependentSchemas\":{\"a\":{\"properties\":{\"b\":{\"type\":\"string\"}}}},\"properties\":{\"a\":{},\"b\":{}}}",
+	  { "{\"a\":1,\"b\":\"x\"}", "{\"b\":2}" }, { "{\"a\":1,\"b\":2}" } },
+	{ "{\"if\":{\"properties\":{\"k\":{\"const\":\"x\"}}},\"then\":{\"required\":[\"y\"]},\"else\":{\"required\":[\"z\"]}}",
+	  { "{\"k\":\"x\",\"y\":1}", "{\"k\":\"w\",\"z\":1}", "\"s\"" }, { "{\"k\":\"x\"}", "{\"k\":\"w\",\"y\":1}", "{\"z\":1}" } },
+	{ "{\"not\":{\"enum\":[\"ab\",true]}}", { "\"a\"", "\"abc\"", "false", "[1]" }, { "\"ab\"", "true" } },
+	{ "{\"type\":\"string\",\"not\":{\"maxLength\":2}}", { "\"abc\"" }, { "\"ab\"", "5" } },
+	{ "{\"type\":\"integer\",\"not\":{\"anyOf\":[{\"minimum\":3},{\"maximum\":-3}]}}", { "2", "-2" }, { "3", "-3" } },
+	{ "{\"allOf\":[{\"not\":{\"type\":\"string\"}},{\"not\":{\"type\":\"null\"}}]}", { "1", "{}" }, { "\"a\"", "null" } },
+	{ "{\"type\":\"object\",\"not\":{\"required\":[\"a\",\"b\"]}}", { "{\"a\":1}", "{}" }, { "{\"a\":1,\"b\":2}", "1" } },
+	{ "{\"type\":\"number\",\"minimum\":0.5,\"maximum\":2.25}", { "0.5", "1", "2.250", "1.999" },
+	  { "0.4999", "2.251", "3", "-1" } },
+	{ "{\"type\":\"number\",\"exclusiveMinimum\":-1.5,\"exclusiveMaximum\":0}", { "-1.49", "-0.5", "-1" },
+	  { "-1.5", "0", "0.1", "-2" } },
+	{ "{\"type\":\"number\",\"multipleOf\":0.01,\"maximum\":99.99}", { "99.99", "1.5", "-3.01", "12.340" },
+	  { "99.991", "100", "0.001" } },
+	{ "{\"type\":\"number\",\"multipleOf\":0.25}", { "0.25", "1.75", "-2", "3.0" }, { "0.2", "0.125", "1.3" } },
+	{ "{\"type\":\"integer\",\"multipleOf\":3}", { "0", "-9", "123" }, { "1", "124" } },
+	{ "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":3}", { "\"abc\"", "\"a\"" }, { "\"abcd\"", "\"\"", "\"aB\"" } },
+	{ "{\"type\":\"string\",\"pattern\":\"b\",\"minLength\":3}", { "\"abc\"", "\"xxb\"" }, { "\"ab\"", "\"aaa\"" } },
+	{ "{\"type\":\"string\",\"format\":\"email\",\"maxLength\":6}", { "\"a@b.co\"" }, { "\"ab@b.co\"", "\"ab\"" } },
+	{ "{\"type\":\"string\",\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", { "\"ab\"", "\"xbxa\"" }, { "\"aa\"", "\"b\"" } },
+	{ "{\"type\":\"string\",\"not\":{\"pattern\":\"^x\"}}", { "\"ax\"", "\"\"" }, { "\"x\"", "\"xa\"" } },
+	{ "{\"type\":\"string\",\"pattern\":\"^(?:\\\\S+\\\\s+){0,9}\\\\S+$\",\"maxLength\":12}", { "\"a b c\"", "\"hello world\"" },
+	  { "\"hello world!!\"", "\" a\"" } },
+	{ "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},\"patternProperties\":{\"^x_[a-z]+$\":{\"type\":\"string\"}}}",
+	  { "{\"id\":1,\"x_ab\":\"x\"}", "{\"A1\":5}", "{}" }, { "{\"x_ab\":5}", "{\"id\":\"x\"}", "{\"id\":1,\"id\":2}" } },
+	{ "{\"type\":\"object\",\"patternProperties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"minimum\":3}},\"additionalProperties\":{\"type\":\"boolean\"}}",
+	  { "{\"a\":1,\"ab\":4,\"b\":7.5,\"x\":true}" }, { "{\"ab\":2}", "{\"x\":1}", "{\"a\":\"s\"}", "{\"b\":1}" } },
+	{ "{\"type\":\"object\",\"properties\":{\"a\":{}},\"patternProperties\":{\".*\":{\"type\":\"string\"}}}",
+	  { "{\"a\":\"t\",\"q\":\"s\"}", "{\"\":\"s\"}" }, { "{\"q\":1}", "{\"a\":1}" } },
+	{ "{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":3}}", { "{\"abc\":1}", "{}" },
+	  { "{\"abcd\":1}", "{\"A\":1}" } },
+	{ "{\"type\":\"object\",\"propertyNames\":{\"maxLength\":3}}", { "{\"abc\":1,\"x\":2}", "{}" }, { "{\"abcd\":1}" } },
+	{ "{\"type\":\"object\",\"propertyNames\":{\"enum\":[\"x\",\"y\"]}}", { "{\"x\":1,\"y\":2}" }, { "{\"z\":1}" } },
+	{ "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":5}}", { "[5]", "[1,2,7,3]", "[9,1]" },
+	  { "[]", "[1,2]", "[\"a\",6]" } },
+	{ "{\"allOf\":[{\"const\":1},{\"const\":2}]}", { 0 }, { "1", "2" } },
+	{ "{\"not\":{\"type\":\"integer\"}}", { "1.5", "\"a\"", "-0.01" }, { "1", "0", "-7" } },
+	{ "{\"type\":\"integer\",\"not\":{\"multipleOf\":3}}", { "1", "-5", "10" }, { "3", "0", "-9" } },
+	{ "{\"type\":\"number\",\"not\":{\"multipleOf\":2}}", { "1", "2.5", "3.0" }, { "4", "4.0" } },
+	{ "{\"type\":\"integer\",\"multipleOf\":16,\"minimum\":-40,\"maximum\":40}", { "-32", "0", "16" }, { "48", "-48", "8" } },
+	{ "{\"type\":\"number\",\"multipleOf\":0.25,\"minimum\":0.25,\"maximum\":2}", { "0.25", "1.750", "2.0" },
+	  { "0", "2.25", "0.3" } },
+	{ "{\"type\":\"object\",\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", { "{\"a\":1}", "{\"b\":1}" },
+	  { "{\"a\":1,\"b\":2}", "{}" } },
+	{ "{\"oneOf\":[{\"type\":\"string\"},{\"minLength\":2}]}", { "\"a\"", "1" }, { "\"ab\"" } },
+	{ "{\"type\":\"string\",\"format\":\"date\"}", { "\"2024-02-29\"", "\"2000-02-29\"", "\"2023-04-30\"" },
+	  { "\"2023-02-29\"", "\"1900-02-29\"", "\"2023-04-31\"" } },
+	{ "{\"type\":\"string\",\"enum\":[\"ab\",\"abc\",1],\"maxLength\":2}", { "\"ab\"" }, { "\"abc\"", "1" } },
+	{ "{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"integer\"}}", { "[1,2]", "[]" }, { "[\"a\"]" } },
+};
+
+START_TEST(test_schema_keywords)
+{
+	for (size_t i = 0; i < sizeof kw / sizeof *kw; i++) {
+		for (int j = 0; j < 4 && kw[i].yes[j]; j++)
+			ck_assert_msg(accepts(GM_JSON_SCHEMA, kw[i].schema, kw[i].yes[j]), "%s refuses %s", kw[i].schema,
+				      kw[i].yes[j]);
+		for (int j = 0; j < 4 && kw[i].no[j]; j++)
+			ck_assert_msg(!accepts(GM_JSON_SCHEMA, kw[i].schema, kw[i].no[j]), "%s accepts %s", kw[i].schema,
+				      kw[i].no[j]);
+	}
+}
+END_TEST
+
 START_TEST(test_mask_matches_matcher_and_rollback)
 {
 	struct gm_grammar *g;
@@ -118,8 +194,9 @@ END_TEST
 START_TEST(test_refusals_name_what)
 {
 	static const struct { enum gm_kind k; const char *src, *want; } bad[] = {
-		{ GM_JSON_SCHEMA, "{\"uniqueItems\":true,\"type\":\"array\"}", "uniqueItems" },
-		{ GM_JSON_SCHEMA, "{\"if\":{},\"then\":{}}", "'if'" },
+		{ GM_JSON_SCHEMA, "{\"contains\":{\"type\":\"null\"},\"maxItems\":3,\"type\":\"array\"}", "contains" },
+		{ GM_JSON_SCHEMA, "{\"if\":{\"uniqueItems\":true},\"then\":{\"minItems\":1}}", "'if'" },
+		{ GM_JSON_SCHEMA, "{\"not\":{\"multipleOf\":0.5}}", "'not'" },
 		{ GM_JSON_SCHEMA, "{\"$ref\":\"http://x/y.json\"}", "$ref" },
 		{ GM_JSON_SCHEMA, "{\"type\":", "JSON" },
 		{ GM_REGEX, "(a)\\1", "back-references" },
@@ -213,7 +290,7 @@ START_TEST(test_engine_constrained_batch)
 	struct out ob = { 0 };
 	bad.user = &ob;
 	bad.constraint_kind = GM_JSON_SCHEMA;
-	bad.constraint = "{\"not\":{\"enum\":[1]}}";
+	bad.constraint = "{\"not\":{\"uniqueItems\":true}}";
 	bad.constraint_len = strlen(bad.constraint);
 	ck_assert_int_eq(engine_submit(e, &bad), ENGINE_ERR_INVALID);
 	ck_assert(ob.done && ob.why == FINISH_ERROR);
@@ -385,6 +462,7 @@ int main(void)
 	TCase *tc = tcase_create("grammar");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_languages);
+	tcase_add_test(tc, test_schema_keywords);
 	tcase_add_test(tc, test_mask_matches_matcher_and_rollback);
 	tcase_add_test(tc, test_refusals_name_what);
 	tcase_add_test(tc, test_fast_masks_equal_plain_walk);
