@@ -67,6 +67,12 @@ START_TEST(test_chat_mapping)
 	ck_assert_int_eq(parse(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true,"
 					"\"top_logprobs\":0}", &r, &e), 0);
 	ck_assert(r.logprobs && (r.p.flags & PAGODA_LOGPROBS));
+	ck_assert_int_eq(r.n, 1);
+	gw_req_free(&r);
+	/* n choices; completions' logprobs 0: the sampled tokens' own */
+	ck_assert_int_eq(parse(GW_COMPLETION, "{\"prompt\":\"x\",\"n\":3,\"logprobs\":0}", &r, &e), 0);
+	ck_assert_int_eq(r.n, 3);
+	ck_assert(r.logprobs && (r.p.flags & PAGODA_LOGPROBS));
 	gw_req_free(&r);
 	/* tool_choice none: the tools are not offered to the template */
 	ck_assert_int_eq(parse(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
@@ -105,10 +111,11 @@ static const struct {
 	enum gw_kind k;
 	const char *body, *param;
 } refused[] = {
-	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "n" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", "response_format" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"yaml\"}}", "response_format" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", "n" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":0}", "n" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":2.5}", "presence_penalty" },

@@ -34,6 +34,7 @@ void gw_conf_usage(void);
 
 /* ---- req.c: an OpenAI request body -> a pagoda request -------------------- */
 enum gw_kind { GW_COMPLETION = 1, GW_CHAT = 2 };
+#define GW_MAX_N 16 /* choices of one request (n) */
 
 struct gw_err {
 	int status;          /* HTTP status */
@@ -57,6 +58,7 @@ struct gw_req {
 	bool tools;                 /* tools offered: parse tool calls from the reply */
 	bool logprobs;              /* each token's log-probability (p.flags has PAGODA_LOGPROBS) */
 	char *constraint;           /* response_format's schema (p.constraint points here) */
+	int n;                      /* choices: n requests, seeds seed, seed + 1, ... */
 };
 /* 0, or -1 with err filled (status 400 and OpenAI's wording). */
 int gw_req_parse(enum gw_kind kind, const char *body, size_t len, struct gw_req *r, struct gw_err *err);
@@ -106,6 +108,17 @@ int gw_call_start(struct gw_pool *p, const struct gw_req *r, struct gw_call **ou
 int gw_call_take(struct gw_call *c, struct gw_take *t, int timeout_ms);
 /* Cancels the request unless it ended, and lets go of it. */
 void gw_call_release(struct gw_call *c);
+/* One thread waiting on several calls (n > 1): each call set to a wake
+ * bumps its count when something arrives. Read the count, take from every
+ * call (timeout 0), and wait for the count to move when none had anything.
+ * A released call no longer touches its wake. */
+struct gw_wake;
+struct gw_wake *gw_wake_new(void);
+void gw_wake_free(struct gw_wake *w);
+void gw_call_set_wake(struct gw_call *c, struct gw_wake *w);
+uint64_t gw_wake_seq(struct gw_wake *w);
+/* 0 when the count is no longer seen, else PAGODA_E_TIMEOUT. */
+int gw_wake_wait(struct gw_wake *w, uint64_t seen, int timeout_ms);
 
 /* ---- metrics.c: counters and histograms, Prometheus text ------------------- */
 void gw_metrics_init(const char *model_name);
