@@ -24,6 +24,7 @@ struct gw_conf {
 	int timeout_s;           /* idle HTTP connection */
 	int64_t max_body;        /* request body bytes */
 	int max_header;          /* bytes of a request's headers (MHD's pool) */
+	char bus[16];            /* D-Bus to read pagodad's other counters on */
 	bool quiet;
 };
 void gw_conf_defaults(struct gw_conf *c);
@@ -120,6 +121,26 @@ uint64_t gw_wake_seq(struct gw_wake *w);
 /* 0 when the count is no longer seen, else PAGODA_E_TIMEOUT. */
 int gw_wake_wait(struct gw_wake *w, uint64_t seen, int timeout_ms);
 
+/* ---- dbus.c: the daemon's counters beyond its STATS answer ----------------- */
+struct gw_bus_metric {
+	const char *key;     /* the D-Bus name (Stats() key or property) */
+	const char *name, *type, *labels, *help; /* help NULL: as the row before */
+};
+#define GW_BUS_N 20
+extern const struct gw_bus_metric gw_bus_metrics[GW_BUS_N];
+struct gw_bus_vals {
+	bool up;             /* the daemon answered on the bus */
+	bool full;           /* Stats() (every counter), not the properties */
+	bool have[GW_BUS_N];
+	double v[GW_BUS_N];
+};
+struct gw_bus;
+/* kind: auto (system, then session), system, session, none (*out NULL). */
+int gw_bus_open(const char *kind, struct gw_bus **out, char *err, size_t errlen);
+void gw_bus_close(struct gw_bus *b);
+/* 0, or a negative errno (v->up false). Thread-safe. */
+int gw_bus_read(struct gw_bus *b, struct gw_bus_vals *v);
+
 /* ---- metrics.c: counters and histograms, Prometheus text ------------------- */
 void gw_metrics_init(const char *model_name);
 void gw_metrics_http(const char *route, int status);
@@ -127,8 +148,9 @@ void gw_metrics_http(const char *route, int status);
 void gw_metrics_done(const struct pagoda_timings *t, int finish);
 /* The gap between two tokens of one request as they reached the gateway. */
 void gw_metrics_itl(uint64_t ns);
-/* The text exposition; st may be NULL (daemon unreachable). malloc'd. */
-char *gw_metrics_render(const struct pagoda_stats *st, bool daemon_up, size_t *len);
+/* The text exposition; st may be NULL (daemon unreachable), bv NULL (no
+ * bus). malloc'd. */
+char *gw_metrics_render(const struct pagoda_stats *st, bool daemon_up, const struct gw_bus_vals *bv, size_t *len);
 
 /* ---- reply.c: OpenAI's response objects ------------------------------------ */
 struct json_t;
