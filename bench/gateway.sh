@@ -101,6 +101,7 @@ for w in rings gateway ${LS:+server}; do
 	"$B/pagoda-bench" load $(target $w) -q -c 1 -n 1 -p 8 -o 2 --vocab 512 --seed 999 >/dev/null 2>&1
 done
 
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # utime + stime
 jget() { printf '%s' "$2" | sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n1; }
 jsub() { printf '%s' "$3" | sed -n "s/.*\"$1\":{[^}]*\"$2\":\([-0-9.e+]*\).*/\1/p" | head -n1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "NA"; else printf "%.3f\n", a / b }'; }
@@ -120,7 +121,10 @@ for r in $(seq "$R"); do
 	[ $((r % 2)) -eq 0 ] && order="${LS:+server }gateway rings"
 	J_rings= J_gateway= J_server=
 	for w in $order; do
+		c0=$(cpu_ticks $GW)
 		j=$("$B/pagoda-bench" load $(target $w) $LOAD --seed "$r" --label $w)
+		[ $w = gateway ] && GW_CPU=$(awk -v a="$c0" -v b="$(cpu_ticks $GW)" -v hz="$(getconf CLK_TCK)" \
+			-v n="$(jget output_tokens "$j")" 'BEGIN { if (n > 0) printf "%.3f", (b - a) / hz * 1000 / n; else print "NA" }')
 		eval "J_$w=\$j"
 		[ -n "${GW_OUT:-}" ] && printf '{"round":%d,"run":"%s","load":"%s","r":%s}\n' "$r" "$w" \
 			"$(cut -d' ' -f1 /proc/loadavg)" "${j:-null}" >>"$GW_OUT"
@@ -131,8 +135,8 @@ for r in $(seq "$R"); do
 	[ -n "$LS" ] && echo "  $(line llama-server "$J_server")"
 	a=$(jget output_tok_per_s "$J_rings") g=$(jget output_tok_per_s "$J_gateway") l=$(jget output_tok_per_s "$J_server")
 	echo "$(ratio "$g" "$a") $(ratio "$g" "$l")" >>"$D/ratios"
-	echo "  gateway / rings $(ratio "$g" "$a"), gateway / llama-server $(ratio "$g" "$l")"
+	echo "  gateway / rings $(ratio "$g" "$a")${LS:+, gateway / llama-server $(ratio "$g" "$l")}; the gateway's CPU ${GW_CPU} ms a token; pagoda-bench's CPU (client) $(jget client_cpu_s "$J_gateway") s for $(jget output_tokens "$J_gateway") tokens"
 done
 gr=$(awk '$1 != "NA" { print $1 }' "$D/ratios" | median)
 gl=$(awk '$2 != "NA" { print $2 }' "$D/ratios" | median)
-echo "median of $R rounds: gateway / rings tok/s ${gr}x (target >= 0.95), gateway / llama-server ${gl}x (target >= 1.5)"
+echo "median of $R rounds: gateway / rings tok/s ${gr}x (target >= 0.95)${LS:+, gateway / llama-server ${gl}x (target >= 1.5)}"

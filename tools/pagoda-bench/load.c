@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 struct load_opts {
@@ -646,6 +647,10 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 		summary_json(stdout, "queue_ms", &s_queue);
 		putchar(',');
 		summary_json(stdout, "prefill_ms", &s_prefill);
+		struct rusage ru;
+		getrusage(RUSAGE_SELF, &ru);
+		printf(",\"client_cpu_s\":%.4f",
+		       (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 		printf(",\"first_error\":\"");
 		for (const char *c = r.first_error; *c; c++)
 			if (*c != '"' && *c != '\\' && (unsigned char)*c >= 0x20)
