@@ -182,11 +182,12 @@ static json_t *logprobs_of(enum gw_kind kind, const char *text, const struct gw_
 /* ---- the choices: n requests ---------------------------------------------- */
 struct choice {
 	struct gw_call *call;
-	char *text;              /* whole: the reply; streamed with tools: held back */
+	char *text;              /* whole: the reply; streamed with tools: the text so far */
 	size_t len;
 	struct gw_tok *toks;     /* whole: every token's logprob */
 	int n_toks;
 	size_t sent;             /* streamed: characters sent, for text_offset */
+	struct gw_tcs tcs;       /* streamed with tools: the tool calls' progress */
 	bool done;
 	int finish, error;
 	char errmsg[128];
@@ -453,27 +454,7 @@ static void emit_end(struct sse *s, int i)
 		emit_error(s, c);
 		return;
 	}
-	bool calls = false;
-	if (s->tools) {
-		char *content = NULL;
-		size_t clen = 0;
-		json_t *tc = gw_parse_tool_calls(c->text ? c->text : "", c->len, &content, &clen);
-		if (tc) {
-			calls = true;
-			size_t k;
-			json_t *x;
-			json_array_foreach(tc, k, x)
-				json_object_set_new(x, "index", json_integer((json_int_t)k));
-			if (content)
-				emit_text(s, i, content, clen);
-			json_t *d = json_object();
-			json_object_set_new(d, "tool_calls", tc);
-			emit(s, chunk(s, i, d, NULL));
-			free(content);
-		} else if (c->len) {
-			emit_text(s, i, c->text, c->len);
-		}
-	}
+	bool calls = c->tcs.n_calls > 0;
 	const char *fin = gw_finish_name(c->finish, calls);
 	emit(s, chunk(s, i, s->kind == GW_CHAT ? json_object() : json_string(""), fin));
 	if (++s->n_done < s->n)
@@ -492,18 +473,62 @@ static void emit_end(struct sse *s, int i)
 	s->done = true;
 }
 
+/* A tool call as OpenAI streams one: its id, type and name with empty
+ * arguments, then the arguments. */
+static void emit_call(struct sse *s, int i, json_t *call)
+{
+	json_t *f = json_object_get(call, "function");
+	json_t *head = json_object(), *hf = json_object();
+	json_object_set(head, "index", json_object_get(call, "index"));
+	json_object_set(head, "id", json_object_get(call, "id"));
+	json_object_set(head, "type", json_object_get(call, "type"));
+	json_object_set(hf, "name", json_object_get(f, "name"));
+	json_object_set_new(hf, "arguments", json_string(""));
+	json_object_set_new(head, "function", hf);
+	json_t *d = json_object(), *a = json_array();
+	json_array_append_new(a, head);
+	json_object_set_new(d, "tool_calls", a);
+	emit(s, chunk(s, i, d, NULL));
+	json_t *args = json_object(), *af = json_object();
+	json_object_set(args, "index", json_object_get(call, "index"));
+	json_object_set(af, "arguments", json_object_get(f, "arguments"));
+	json_object_set_new(args, "function", af);
+	d = json_object();
+	a = json_array();
+	json_array_append_new(a, args);
+	json_object_set_new(d, "tool_calls", a);
+	emit(s, chunk(s, i, d, NULL));
+}
+
+/* With tools: what of choice i's text can go out now. */
+static void tools_step(struct sse *s, int i, bool final)
+{
+	struct choice *c = &s->ch[i];
+	struct gw_tcs_out o;
+	gw_tcs_step(&c->tcs, c->text ? c->text : "", c->len, final, &o);
+	if (o.content_len)
+		emit_text(s, i, c->text + o.content_off, o.content_len);
+	size_t k;
+	json_t *call;
+	json_array_foreach(o.calls, k, call)
+		emit_call(s, i, call);
+	json_decref(o.calls);
+}
+
 /* Takes what choice i gathered into the stream. */
 static void absorb(struct sse *s, int i, struct gw_take *t)
 {
 	struct choice *c = &s->ch[i];
-	if (t->len && s->tools) {
-		char *h = realloc(c->text, c->len + t->len + 1);
-		if (h) {
+	if (s->tools) {
+		char *h = t->len ? realloc(c->text, c->len + t->len + 1) : c->text;
+		if (h && t->len) {
 			memcpy(h + c->len, t->text, t->len);
 			c->text = h;
 			c->len += t->len;
 			h[c->len] = 0;
 		}
+		if (t->len || (t->final && !t->error))
+			tools_step(s, i, t->final);
 	} else if (t->len || t->n_toks) {
 		emit_text_lp(s, i, t->text, t->len, t->toks, t->n_toks);
 	}

@@ -163,6 +163,24 @@ const char *gw_finish_name(int finish, bool tool_calls);
  * tool_calls, or NULL when the text is not one. */
 struct json_t *gw_parse_tool_calls(const char *text, size_t len, char **content, size_t *content_len);
 void gw_new_id(char *buf, size_t len, const char *prefix);
+/* A streamed reply with tools: the text before a Hermes <tool_call> goes
+ * out as it comes (a marker's possible start held back), each call as
+ * soon as its </tool_call> arrives; a Llama 3.x reply ('{' or
+ * <|python_tag|> first) is held and parsed at the end; a marker that gave
+ * no call is text after all. Step after each piece with the whole text so
+ * far. */
+enum { GW_TCS_TEXT, GW_TCS_HOLD, GW_TCS_CALLS };
+struct gw_tcs {
+	int mode;
+	size_t emitted;   /* text bytes sent as content (or passed over) */
+	size_t call_pos;  /* where the next call's segment starts */
+	int n_calls;
+};
+struct gw_tcs_out {
+	size_t content_off, content_len; /* content to send now: text[off, off + len) */
+	struct json_t *calls;            /* the calls complete now, each with "index" (caller frees) */
+};
+void gw_tcs_step(struct gw_tcs *t, const char *text, size_t len, bool final, struct gw_tcs_out *o);
 
 /* ---- openapi.c --------------------------------------------------------------- */
 extern const char gw_openapi_json[];
