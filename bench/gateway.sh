@@ -16,7 +16,7 @@
 #   sh bench/gateway.sh [MODEL.gguf]   (default: SmolLM2-135M-Instruct, fetched
 #                                       by tools/fetch-smollm2.sh)
 # Environment: PAGODA_BUILD; GW_STREAMS (16), GW_REQUESTS (2 x streams),
-# GW_PROMPT (32), GW_OUTPUT (64), GW_ROUNDS (3), BENCH_THREADS (2);
+# GW_PROMPT (32), GW_OUTPUT (64), GW_ROUNDS (4), BENCH_THREADS (2);
 # BENCH_NO_LLAMA=1 (no llama-server), LLAMA_CPP_BIN (a bin/ with llama-server),
 # BENCH_BUILD_LLAMA=0 (use llama-server only if mk/peer.sh built it);
 # GW_OUT (a file for the JSON lines).
@@ -27,7 +27,7 @@ T=${BENCH_THREADS:-2}
 S=${GW_STREAMS:-16}
 N=${GW_REQUESTS:-$((2 * S))}
 P=${GW_PROMPT:-32} O=${GW_OUTPUT:-64}
-R=${GW_ROUNDS:-3}
+R=${GW_ROUNDS:-4}
 M=${1:-}
 for bin in pagodad pagoda pagoda-gateway pagoda-bench; do
 	[ -x "$B/$bin" ] || { echo "gateway.sh: $B/$bin is missing: run make first" >&2; exit 1; }

@@ -251,6 +251,14 @@ check(lp is not None and len(lp.token_logprobs) == rl.usage.completion_tokens
       and all(-100 < x <= 0 for x in lp.token_logprobs), "completions token_logprobs")
 check(lp is not None and lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))],
       f"completions text_offset {lp.text_offset if lp else None}")
+check(lp is not None and lp.top_logprobs is None, "completions logprobs=0 gave top_logprobs")
+# logprobs=3: per token the 3 most likely as {token: logprob}, the greedy one among them, the best
+r3 = client.completions.create(model=MODEL, prompt=P, temperature=0, max_tokens=24, logprobs=3)
+l3 = r3.choices[0].logprobs
+check(l3 is not None and l3.token_logprobs == lp.token_logprobs and len(l3.top_logprobs) == len(l3.tokens)
+      and all(1 <= len(d) <= 3 for d in l3.top_logprobs), "completions logprobs=3: top_logprobs")
+check(l3 is not None and all(abs(max(d.values()) - x) < 1e-6 for d, x in zip(l3.top_logprobs, l3.token_logprobs)),
+      "completions logprobs=3: the greedy token is not the most likely alternative")
 sl = [c for c in client.completions.create(model=MODEL, prompt=P, temperature=0, max_tokens=24, logprobs=0,
                                            stream=True) if c.choices and c.choices[0].logprobs]
 check([x for c in sl for x in c.choices[0].logprobs.token_logprobs] == lp.token_logprobs,
@@ -300,8 +308,8 @@ def expect_error(cls, status, fn, what, param=None):
 msg1 = [{"role": "user", "content": "hi"}]
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(model=MODEL, messages=msg1, n=17),
              "n=17", "n")
-expect_error(openai.BadRequestError, 400, lambda: client.completions.create(model=MODEL, prompt="x", logprobs=2),
-             "completions logprobs=2", "logprobs")
+expect_error(openai.BadRequestError, 400, lambda: client.completions.create(model=MODEL, prompt="x", logprobs=21),
+             "completions logprobs=21", "logprobs")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
     model=MODEL, messages=msg1, response_format={"type": "json_schema", "json_schema": {
         "name": "r", "schema": {"$ref": "https://example.com/s.json"}}}), "a schema the daemon refuses")

@@ -136,7 +136,7 @@ static const struct {
 	{ GW_COMPLETION, "{}", "prompt" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "best_of" },
-	{ GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", "logprobs" },
+	{ GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"seed\":\"7\"}", "seed" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"top_p\":1.5}", "top_p" },
 	{ GW_COMPLETION, "[1]", "" },

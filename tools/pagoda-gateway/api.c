@@ -160,16 +160,33 @@ static size_t chars(const char *s, size_t n)
  * characters from the start of the choice's text (base: those before). */
 static json_t *logprobs_completion(const char *text, const struct gw_tok *toks, int n, size_t base)
 {
-	json_t *tk = json_array(), *lp = json_array(), *off = json_array();
+	json_t *tk = json_array(), *lp = json_array(), *off = json_array(), *top = json_array();
+	bool any_top = false;
 	for (int i = 0; i < n; i++) {
 		json_array_append_new(tk, gw_json_text(text ? text + toks[i].off : "", toks[i].len));
 		json_array_append_new(lp, json_real(toks[i].logprob));
 		json_array_append_new(off, json_integer((json_int_t)(base + chars(text, toks[i].off))));
+		/* the legacy form of the alternatives: {token: logprob} */
+		json_t *alt = json_object();
+		size_t k;
+		json_t *a;
+		json_array_foreach(toks[i].top, k, a) {
+			json_t *t = json_object_get(a, "token");
+			if (json_is_string(t) && !json_object_get(alt, json_string_value(t)))
+				json_object_set(alt, json_string_value(t), json_object_get(a, "logprob"));
+		}
+		any_top = any_top || toks[i].top;
+		json_array_append_new(top, alt);
 	}
 	json_t *o = json_object();
 	json_object_set_new(o, "tokens", tk);
 	json_object_set_new(o, "token_logprobs", lp);
-	json_object_set_new(o, "top_logprobs", json_null());
+	if (any_top)
+		json_object_set_new(o, "top_logprobs", top);
+	else {
+		json_decref(top);
+		json_object_set_new(o, "top_logprobs", json_null());
+	}
 	json_object_set_new(o, "text_offset", off);
 	return o;
 }

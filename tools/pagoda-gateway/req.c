@@ -304,13 +304,12 @@ static int completion_only(json_t *o, struct gw_err *e)
 static int completion_logprobs(json_t *o, struct gw_req *r, struct gw_err *e)
 {
 	json_int_t lp = -1;
-	if (get_int(o, "logprobs", 0, 20, &lp, e) < 0)
+	if (get_int(o, "logprobs", 0, PAGODA_TOP_LOGPROBS, &lp, e) < 0)
 		return -1;
-	if (lp > 0)
-		return unsupported(e, "logprobs", "other than 0 (the top alternatives: not yet)");
-	if (lp == 0) {
+	if (lp >= 0) {
 		r->logprobs = true;
 		r->p.flags |= PAGODA_LOGPROBS;
+		r->p.top_logprobs = (int)lp;
 	}
 	return 0;
 }
