@@ -101,19 +101,22 @@ static int read_vals(sd_bus_message *m, struct gw_bus_vals *v)
 		int i = 0;
 		while (i < GW_BUS_N && strcmp(gw_bus_metrics[i].key, key))
 			i++;
-		uint64_t t;
-		uint32_t u;
-		double d;
-		if (i == GW_BUS_N)
+		uint64_t t = 0;
+		uint32_t u = 0;
+		double d = 0;
+		char c = i < GW_BUS_N ? contents[0] : 0;
+		if (c == 't')
+			r = sd_bus_message_read(m, "v", "t", &t);
+		else if (c == 'u')
+			r = sd_bus_message_read(m, "v", "u", &u);
+		else if (c == 'd')
+			r = sd_bus_message_read(m, "v", "d", &d);
+		else
 			r = sd_bus_message_skip(m, "v");
-		else if (contents[0] == 't' && (r = sd_bus_message_read(m, "v", "t", &t)) >= 0)
-			v->v[i] = (double)t, v->have[i] = true;
-		else if (contents[0] == 'u' && (r = sd_bus_message_read(m, "v", "u", &u)) >= 0)
-			v->v[i] = u, v->have[i] = true;
-		else if (contents[0] == 'd' && (r = sd_bus_message_read(m, "v", "d", &d)) >= 0)
-			v->v[i] = d, v->have[i] = true;
-		else if (contents[0] != 't' && contents[0] != 'u' && contents[0] != 'd')
-			r = sd_bus_message_skip(m, "v");
+		if (r >= 0 && (c == 't' || c == 'u' || c == 'd')) {
+			v->v[i] = c == 't' ? (double)t : c == 'u' ? (double)u : d;
+			v->have[i] = true;
+		}
 		if (r >= 0)
 			r = sd_bus_message_exit_container(m);
 	}
