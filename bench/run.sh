@@ -15,10 +15,12 @@
 #   BENCH_BACKEND=NAME  pagoda's backend (default cpu: the figures set it
 #                       against llama.cpp's CPU backend)
 #   BENCH_BUILD_LLAMA=0 do not build the peer (use it if it is built)
-#   BENCH_ONLY="pp gen mm sweep prefix ipc"
+#   BENCH_ONLY="pp gen mm sweep prefix ipc gateway"
 #                       the sections to run (default all): prefill/decode,
 #                       daemon against in-process, mm_decode, the concurrency
-#                       sweep, shared prefix, IPC (to re-measure one section);
+#                       sweep, shared prefix, IPC, the HTTP gateway against the
+#                       rings and llama-server (bench/gateway.sh, its GW_*
+#                       variables) (to re-measure one section);
 #                       "kvq" (not among the default ones): decode after a long
 #                       prompt (BENCH_KVQ_PP, default 2000) with f16, q8_0 and
 #                       q4_0 KV caches (docs/kv-quant.md)
@@ -58,7 +60,7 @@ jsub() { printf '%s' "$3" | sed -n "s/.*\"$1\":{[^}]*\"$2\":\([-0-9.e+]*\).*/\1/
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "NA"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a=="" || b=="" || a=="NA" || b=="NA" || b+0==0) print "NA"; else printf "%.3f\n", a/b }'; }
 maxof() { awk -v a="$1" -v b="$2" 'BEGIN { if (a=="" || a=="NA") print b; else if (b=="" || b=="NA") print a; else print (a+0>b+0?a:b) }'; }
-want() { case " ${BENCH_ONLY:-pp gen mm sweep prefix ipc} " in *" $1 "*) return 0 ;; esac; return 1; }
+want() { case " ${BENCH_ONLY:-pp gen mm sweep prefix ipc gateway} " in *" $1 "*) return 0 ;; esac; return 1; }
 fmt() { awk -v a="$1" 'BEGIN { if (a=="" || a=="NA") print "NA"; else printf "%.2f\n", a }'; }
 
 for bin in pagoda pagodad pagoda-bench pagoda-mkmodel; do
@@ -506,6 +508,27 @@ record "$S1"
 record "$S2"
 say "reading as tokens come: client $(fmt "$(jget recv_tok_per_s "$S1")") tok/s, daemon produced $(fmt "$(jget daemon_tok_per_s "$S1")") tok/s, mismatched tokens $(jget mismatched_tokens "$S1")"
 say "16 x 64 tokens, client stalled 5 s first (CQ full, daemon holds the rest): read phase $(fmt "$(jget read_phase_tok_per_s "$S2")") tok/s, daemon produced $(fmt "$(jget daemon_tok_per_s "$S2")") tok/s, mismatched tokens $(jget mismatched_tokens "$S2")"
+fi
+
+# ---- the gateway: HTTP against the rings and against llama-server ------------------
+# bench/gateway.sh: 16 streams through pagoda-bench, to pagodad straight,
+# through pagoda-gateway, and to llama-server, on SmolLM2-135M-Instruct
+# (the tiny model in a quick run, or when SmolLM2 cannot be fetched).
+if want gateway; then
+	GM=$M8
+	[ "$QUICK" = 1 ] || GM=$(sh tools/fetch-smollm2.sh 2>/dev/null) || GM=$M8
+	say ""
+	say "## pagoda-gateway: the rings, the gateway, llama-server (bench/gateway.sh, $(basename "$GM"))"
+	if [ "$QUICK" = 1 ]; then
+		set -- GW_STREAMS=${GW_STREAMS:-4} GW_ROUNDS=${GW_ROUNDS:-1} GW_OUTPUT=${GW_OUTPUT:-16} BENCH_BUILD_LLAMA=0
+	else
+		set --
+	fi
+	env "$@" GW_OUT="$JS" BENCH_THREADS="$T" PAGODA_BUILD="$B" sh bench/gateway.sh "$GM" 2>"$W/gateway.err" >"$W/gateway.txt"
+	while IFS= read -r l; do say "$l"; done <"$W/gateway.txt"
+	gwl=$(grep '^median of' "$W/gateway.txt")
+	[ -n "$gwl" ] || say "bench/gateway.sh failed: $(tail -3 "$W/gateway.err")"
+	echo "gateway ${gwl:-failed}" >>"$SUMMARY"
 fi
 
 say ""

@@ -148,6 +148,7 @@ TOOL_LIBS_pagoda = $(shell pkg-config --libs libedit)
 $(BUILD)/obj/tools/pagoda/%.o: CPPFLAGS += $(shell pkg-config --cflags libedit)
 # pagoda-gateway serves HTTP with libmicrohttpd and speaks JSON with jansson.
 GATEWAY_PKGS := libmicrohttpd jansson
+TOOL_LIBS_pagoda-bench = $(shell pkg-config --libs jansson)
 TOOL_LIBS_pagoda-gateway = $(shell pkg-config --libs $(GATEWAY_PKGS))
 $(BUILD)/obj/tools/pagoda-gateway/%.o: CPPFLAGS += $(shell pkg-config --cflags $(GATEWAY_PKGS))
 define tool_rule

@@ -4,7 +4,7 @@
 set -e
 PKGS="build-essential pkg-config clang llvm liburing-dev libbpf-dev libelf-dev zlib1g-dev bpftool libsystemd-dev
 check systemtap-sdt-dev libpcre2-dev libxxhash-dev dbus systemd bpftrace python3 man-db
-libedit-dev tmux python3-pip python3-jinja2 e2fsprogs libmicrohttpd-dev libjansson-dev python3-jsonschema"
+libedit-dev tmux python3-pip python3-jinja2 e2fsprogs libmicrohttpd-dev libjansson-dev python3-jsonschema curl"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

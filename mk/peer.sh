@@ -9,6 +9,7 @@
 #   sh mk/peer.sh version  print the peer's version line
 #   sh mk/peer.sh src      print llama.cpp's source folder (once fetched)
 #   sh mk/peer.sh fetch    fetch and verify the source only; print its folder
+#   sh mk/peer.sh server   build llama-server too (bench/gateway.sh); print the bin folder
 #
 # Environment: PAGODA_BUILD (default build/), PEER_JOBS (default nproc),
 # PEER_SDIST (a local copy of the tarball, for machines without PyPI).
@@ -36,13 +37,15 @@ VERSION="llama.cpp b$LLAMA_BUILD-$(echo "$LLAMA_COMMIT" | cut -c1-9) (vendor/lla
 case ${1:-} in
 version) echo "$VERSION"; exit 0 ;;
 src) [ -d "$SRC" ] && echo "$SRC"; [ -d "$SRC" ]; exit ;;
+server) TARGETS=llama-server ;;
 esac
+STAMP=$P/stamp$([ "${1:-}" = server ] && echo -server)
 
 log() { echo "peer: $*" >&2; }
 
 have_all() {
 	for t in $TARGETS; do [ -x "$BIN/$t" ] || return 1; done
-	[ "$(cat "$P/stamp" 2>/dev/null)" = "$LCP_VERSION $LLAMA_COMMIT $LLAMA_BUILD" ]
+	[ "$(cat "$STAMP" 2>/dev/null)" = "$LCP_VERSION $LLAMA_COMMIT $LLAMA_BUILD" ]
 }
 
 fetch_src() {
@@ -91,12 +94,12 @@ log "building $(echo $TARGETS) into $BIN (once; 10-20 minutes on 2 cores)"
 t0=$(date +%s)
 cmake -S "$SRC" -B "$P/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
 	-DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
 	-DLLAMA_BUILD_NUMBER=$LLAMA_BUILD -DLLAMA_BUILD_COMMIT="$(echo "$LLAMA_COMMIT" | cut -c1-9)" \
 	>"$P/cmake.log" 2>&1 || { log "cmake failed, see $P/cmake.log"; exit 1; }
 # shellcheck disable=SC2086
 cmake --build "$P/build" -j "${PEER_JOBS:-$(nproc)}" --target $TARGETS \
 	>"$P/build.log" 2>&1 || { log "build failed, see $P/build.log"; exit 1; }
-echo "$LCP_VERSION $LLAMA_COMMIT $LLAMA_BUILD" >"$P/stamp"
+echo "$LCP_VERSION $LLAMA_COMMIT $LLAMA_BUILD" >"$STAMP"
 log "built in $(($(date +%s) - t0)) s"
 echo "$BIN"

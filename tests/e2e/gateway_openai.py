@@ -214,6 +214,58 @@ texts = {client.completions.create(model=MODEL, prompt=P, temperature=1.0, max_t
          for s in (1, 2, 3, 4)}
 check(len(texts) > 1, "four seeds gave one text: the seed is not used")
 
+# ---- n choices: seeds seed, seed + 1, ...; the prompt prefilled once -------------
+LP = ("In a village %d by the sea, " % time.time_ns()) + "the fishermen went out every morning. " * 12
+before = metrics()
+rn = client.completions.create(model=MODEL, prompt=LP, temperature=1.0, max_tokens=16, seed=77, n=3)
+hits = m(metrics(), "vllm:prefix_cache_hits_total") - m(before, "vllm:prefix_cache_hits_total")
+check([c.index for c in rn.choices] == [0, 1, 2], f"n=3: choice indices {[c.index for c in rn.choices]}")
+singles = [client.completions.create(model=MODEL, prompt=LP, temperature=1.0, max_tokens=16, seed=77 + i)
+           for i in range(3)]
+for i, one in enumerate(singles):
+    check(rn.choices[i].text == one.choices[0].text,
+          f"n=3 choice {i} {rn.choices[i].text!r} != seed {77 + i}'s {one.choices[0].text!r}")
+check(len({c.text for c in rn.choices}) > 1, "n=3 gave three equal texts")
+check(rn.usage.completion_tokens == sum(x.usage.completion_tokens for x in singles)
+      and rn.usage.prompt_tokens == singles[0].usage.prompt_tokens, f"n=3 usage {rn.usage}")
+check(hits >= 2 * 64, f"n=3 on a {rn.usage.prompt_tokens}-token prompt: {hits} prefix-cache hits, want the "
+      "2 later choices to find the first's prompt")
+# streamed chat, n=2: each index spells its choice, one finish each, one usage
+mq = [{"role": "user", "content": Q}]
+wn = client.chat.completions.create(model=MODEL, messages=mq, temperature=0.8, max_tokens=12, seed=5, n=2)
+sn = list(client.chat.completions.create(model=MODEL, messages=mq, temperature=0.8, max_tokens=12, seed=5, n=2,
+                                         stream=True, stream_options={"include_usage": True}))
+for i in range(2):
+    txt = "".join(c.choices[0].delta.content or "" for c in sn if c.choices and c.choices[0].index == i)
+    check(txt == wn.choices[i].message.content, f"streamed n=2 choice {i}: {txt!r} != {wn.choices[i].message.content!r}")
+    fins = [c for c in sn if c.choices and c.choices[0].index == i and c.choices[0].finish_reason]
+    check(len(fins) == 1, f"streamed n=2 choice {i}: {len(fins)} finish chunks")
+check(sn[-1].usage is not None and sn[-1].usage.completion_tokens == wn.usage.completion_tokens,
+      f"streamed n=2 usage {sn[-1].usage} != {wn.usage}")
+
+# ---- completions logprobs=0: the sampled tokens' own, in the legacy arrays --------
+rl = client.completions.create(model=MODEL, prompt=P, temperature=0, max_tokens=24, logprobs=0)
+lp = rl.choices[0].logprobs
+check(lp is not None and "".join(lp.tokens) == rl.choices[0].text, "completions logprobs tokens do not spell the text")
+check(lp is not None and len(lp.token_logprobs) == rl.usage.completion_tokens
+      and all(-100 < x <= 0 for x in lp.token_logprobs), "completions token_logprobs")
+check(lp is not None and lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))],
+      f"completions text_offset {lp.text_offset if lp else None}")
+check(lp is not None and lp.top_logprobs is None, "completions logprobs=0 gave top_logprobs")
+# logprobs=3: per token the 3 most likely as {token: logprob}, the greedy one among them, the best
+r3 = client.completions.create(model=MODEL, prompt=P, temperature=0, max_tokens=24, logprobs=3)
+l3 = r3.choices[0].logprobs
+check(l3 is not None and l3.token_logprobs == lp.token_logprobs and len(l3.top_logprobs) == len(l3.tokens)
+      and all(1 <= len(d) <= 3 for d in l3.top_logprobs), "completions logprobs=3: top_logprobs")
+check(l3 is not None and all(abs(max(d.values()) - x) < 1e-6 for d, x in zip(l3.top_logprobs, l3.token_logprobs)),
+      "completions logprobs=3: the greedy token is not the most likely alternative")
+sl = [c for c in client.completions.create(model=MODEL, prompt=P, temperature=0, max_tokens=24, logprobs=0,
+                                           stream=True) if c.choices and c.choices[0].logprobs]
+check([x for c in sl for x in c.choices[0].logprobs.token_logprobs] == lp.token_logprobs,
+      "streamed completions logprobs differ from the whole answer's")
+check([x for c in sl for x in c.choices[0].logprobs.text_offset] == lp.text_offset,
+      "streamed completions text_offset differs from the whole answer's")
+
 # ---- cached tokens from the prefix cache -----------------------------------------
 sysmsg = ("You are a careful assistant %d. " % time.time_ns()) + "Answer in one short sentence. " * 12
 msgs = [{"role": "system", "content": sysmsg}, {"role": "user", "content": Q}]
@@ -254,8 +306,10 @@ def expect_error(cls, status, fn, what, param=None):
 
 
 msg1 = [{"role": "user", "content": "hi"}]
-expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(model=MODEL, messages=msg1, n=2),
-             "n=2", "n")
+expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(model=MODEL, messages=msg1, n=17),
+             "n=17", "n")
+expect_error(openai.BadRequestError, 400, lambda: client.completions.create(model=MODEL, prompt="x", logprobs=21),
+             "completions logprobs=21", "logprobs")
 expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
     model=MODEL, messages=msg1, response_format={"type": "json_schema", "json_schema": {
         "name": "r", "schema": {"$ref": "https://example.com/s.json"}}}), "a schema the daemon refuses")
@@ -310,7 +364,16 @@ check(d("vllm:prompt_tokens_total") == sum(x.prompt_tokens for x in usages),
 check(d("vllm:prefix_cache_hits_total") == sum(x.prompt_tokens_details.cached_tokens for x in usages),
       "prefix_cache_hits delta != the usages' cached_tokens")
 check(d("vllm:request_success_total", finished_reason="length") == R, "request_success_total{length} delta")
-check(m(after, "vllm:num_requests_running") == 0 and m(after, "vllm:num_requests_waiting") == 0, "idle gauges")
+# the engine counts its running set at the end of a step, just after it
+# sent the step's DONE events: a scrape in between sees the last one running
+idle = after
+for _ in range(50):
+    if m(idle, "vllm:num_requests_running") == 0 and m(idle, "vllm:num_requests_waiting") == 0:
+        break
+    time.sleep(0.1)
+    idle = metrics()
+check(m(idle, "vllm:num_requests_running") == 0 and m(idle, "vllm:num_requests_waiting") == 0,
+      f"idle gauges: running {m(idle, 'vllm:num_requests_running')}, waiting {m(idle, 'vllm:num_requests_waiting')}")
 check(0 <= m(after, "vllm:kv_cache_usage_perc") <= 1, "kv_cache_usage_perc out of [0, 1]")
 check(m(after, "pagoda_up") == 1, "pagoda_up")
 check(m_any(after, "pagoda_gateway_http_requests_total") > m_any(before, "pagoda_gateway_http_requests_total"),

@@ -65,6 +65,7 @@ cat >"$D/gw.conf" <<EOF
 model-name = smollm2
 api-key-file = $D/keys
 connections = 2
+bus = none
 EOF
 "$B/pagoda-gateway" --config "$D/gw.conf" --listen "127.0.0.1:$PORT" --socket "$S" 2>"$D/gw.log" &
 GP=$!

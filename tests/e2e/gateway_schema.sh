@@ -54,6 +54,15 @@ msgs = [{"role": "user", "content": "Weather in Paris?"},
 body = {"model": "stories", "messages": msgs, "tools": tools, "temperature": 0, "max_tokens": 16}
 rq = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
 r = json.load(urllib.request.urlopen(rq, timeout=60))
+# streamed with tools, a reply that calls none streams its text as it comes
+body["stream"] = True
+rq = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+chunks = [json.loads(l[6:]) for l in urllib.request.urlopen(rq, timeout=60).read().decode().splitlines()
+          if l.startswith("data: {")]
+text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+assert text == (r["choices"][0]["message"]["content"] or ""), (text, r)
+assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")) > 1 or len(text) < 8, \
+    "the text came in one piece"
 direct = json.loads(json.dumps(msgs))
 direct[1]["content"] = ""  # as the gateway sends an absent content
 direct[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris"}

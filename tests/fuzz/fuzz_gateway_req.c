@@ -61,5 +61,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	json_decref(calls);
 	free(content);
+	/* the streamed form, in pieces of 7 bytes: content stays inside what
+	 * arrived and never goes back */
+	struct gw_tcs t = { 0 };
+	size_t sent = 0;
+	for (size_t n = size < 7 ? size : 7;; n = n + 7 < size ? n + 7 : size) {
+		struct gw_tcs_out o;
+		gw_tcs_step(&t, (const char *)data, n, n == size, &o);
+		if (o.content_len && (o.content_off < sent || o.content_off + o.content_len > n))
+			abort();
+		if (o.content_len)
+			sent = o.content_off + o.content_len;
+		json_decref(o.calls);
+		if (n == size)
+			break;
+	}
 	return 0;
 }

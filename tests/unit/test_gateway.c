@@ -67,6 +67,12 @@ START_TEST(test_chat_mapping)
 	ck_assert_int_eq(parse(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true,"
 					"\"top_logprobs\":0}", &r, &e), 0);
 	ck_assert(r.logprobs && (r.p.flags & PAGODA_LOGPROBS));
+	ck_assert_int_eq(r.n, 1);
+	gw_req_free(&r);
+	/* n choices; completions' logprobs 0: the sampled tokens' own */
+	ck_assert_int_eq(parse(GW_COMPLETION, "{\"prompt\":\"x\",\"n\":3,\"logprobs\":0}", &r, &e), 0);
+	ck_assert_int_eq(r.n, 3);
+	ck_assert(r.logprobs && (r.p.flags & PAGODA_LOGPROBS));
 	gw_req_free(&r);
 	/* tool_choice none: the tools are not offered to the template */
 	ck_assert_int_eq(parse(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
@@ -105,10 +111,11 @@ static const struct {
 	enum gw_kind k;
 	const char *body, *param;
 } refused[] = {
-	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "n" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", "response_format" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"yaml\"}}", "response_format" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", "n" },
+	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":0}", "n" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs" },
 	{ GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":2.5}", "presence_penalty" },
@@ -129,7 +136,7 @@ static const struct {
 	{ GW_COMPLETION, "{}", "prompt" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "best_of" },
-	{ GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", "logprobs" },
+	{ GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"seed\":\"7\"}", "seed" },
 	{ GW_COMPLETION, "{\"prompt\":\"x\",\"top_p\":1.5}", "top_p" },
 	{ GW_COMPLETION, "[1]", "" },
@@ -224,6 +231,69 @@ START_TEST(test_tool_calls)
 }
 END_TEST
 
+/* Streams text in pieces of k bytes through the tool-call streamer: the
+ * content it sent, the calls (names joined by ','), and how many bytes had
+ * arrived when the first call went out (0: none). */
+static void tcs_feed(const char *text, size_t k, char *content, char *names, size_t *first_at)
+{
+	struct gw_tcs t = { 0 };
+	size_t len = strlen(text);
+	content[0] = names[0] = 0;
+	*first_at = 0;
+	for (size_t n = 0; n < len || n == 0;) {
+		n = n + k < len ? n + k : len;
+		struct gw_tcs_out o;
+		gw_tcs_step(&t, text, n, n == len, &o);
+		strncat(content, text + o.content_off, o.content_len);
+		size_t i;
+		json_t *c;
+		json_array_foreach(o.calls, i, c) {
+			ck_assert_int_eq(json_integer_value(json_object_get(c, "index")), t.n_calls - (int)json_array_size(o.calls) + (int)i);
+			if (!*first_at)
+				*first_at = n;
+			if (names[0])
+				strcat(names, ",");
+			strcat(names, json_string_value(json_object_get(json_object_get(c, "function"), "name")));
+		}
+		json_decref(o.calls);
+		if (n == len)
+			break;
+	}
+}
+
+START_TEST(test_tool_stream)
+{
+	char content[256], names[128];
+	size_t at;
+	static const char hermes[] = "Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+				     "</tool_call>\n<tool_call>\n{\"name\": \"time\", \"arguments\": {}}\n</tool_call>";
+	for (size_t k = 1; k <= 7; k += 3) {
+		tcs_feed(hermes, k, content, names, &at);
+		ck_assert_str_eq(content, "Let me look.\n");
+		ck_assert_str_eq(names, "weather,time");
+		/* the first call goes out when its closing tag arrives, not at the end */
+		ck_assert_uint_lt(at, strlen(hermes));
+		ck_assert_uint_ge(at, (size_t)(strstr(hermes, "</tool_call>") - hermes) + 12);
+	}
+	/* Llama 3.x: held, parsed at the end */
+	tcs_feed("<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}", 2, content, names, &at);
+	ck_assert_str_eq(content, "");
+	ck_assert_str_eq(names, "f");
+	/* plain text streams through whole, a '<' that begins no marker included */
+	tcs_feed("a < b, and <tool no", 3, content, names, &at);
+	ck_assert_str_eq(content, "a < b, and <tool no");
+	ck_assert_str_eq(names, "");
+	/* a marker that gives no call: the text after all */
+	tcs_feed("x <tool_call>not json</tool_call>", 4, content, names, &at);
+	ck_assert_str_eq(content, "x <tool_call>not json</tool_call>");
+	ck_assert_str_eq(names, "");
+	/* blank before the call: no content */
+	tcs_feed("\n<tool_call>{\"name\": \"g\"}</tool_call>", 5, content, names, &at);
+	ck_assert_str_eq(content, "");
+	ck_assert_str_eq(names, "g");
+}
+END_TEST
+
 START_TEST(test_text_utf8)
 {
 	json_t *v = gw_json_text("a\xff" "b\xe2\x82", 5);
@@ -270,6 +340,7 @@ int main(void)
 	tcase_add_test(tc, test_v3_fields);
 	tcase_add_loop_test(tc, test_refused, 0, sizeof refused / sizeof refused[0]);
 	tcase_add_test(tc, test_tool_calls);
+	tcase_add_test(tc, test_tool_stream);
 	tcase_add_test(tc, test_text_utf8);
 	tcase_add_test(tc, test_api_keys);
 	suite_add_tcase(s, tc);

@@ -46,6 +46,33 @@ struct range {
 bool parse_range(const char *s, long min, long max, struct range *r);
 long range_pick(const struct range *r, uint64_t *rng);
 
+/* http.c: streamed OpenAI /v1/completions over HTTP/1.1 (load --http). */
+struct bench_http;
+struct bench_http_req {
+	const char *model;
+	const int32_t *ids;
+	size_t n_ids;
+	int max_tokens;
+	double temp;
+	uint64_t seed;
+};
+struct bench_http_result {
+	struct dvec *itl;            /* gaps between text chunks, ms (in; may be NULL) */
+	uint64_t t_sent, t_first, t_prev, t_done;
+	int n_chunks, n_prompt, n_cached, n_gen; /* n_gen: the usage's, else n_chunks */
+	int finish;                  /* 1 stop, 2 length, 0 none seen */
+	bool usage;
+	char error[160];             /* the server's error, "" when none */
+};
+/* URL: http://HOST:PORT[/PREFIX] (the API under PREFIX/v1). 0 or -1 with err. */
+int bench_http_open(const char *url, struct bench_http **out, char *err, size_t errlen);
+void bench_http_close(struct bench_http *h);
+/* One request, read to its end. -1 when the connection failed
+ * (bench_http_error says why); 0 otherwise, r->error set when the server
+ * refused or failed the request. */
+int bench_http_complete(struct bench_http *h, const struct bench_http_req *q, struct bench_http_result *r);
+const char *bench_http_error(const struct bench_http *h);
+
 int bench_load(int argc, char **argv, const struct common_opts *co);
 int bench_rtt(int argc, char **argv, const struct common_opts *co);
 int bench_stream(int argc, char **argv, const struct common_opts *co);

@@ -12,7 +12,13 @@
  * one is done. Poisson (--rate R): arrival times are drawn up front as a
  * Poisson process; a free stream takes the next arrival and waits for it;
  * when all streams are busy the arrival waits, and that wait counts in its
- * TTFT and end-to-end latency (both are measured from the arrival time). */
+ * TTFT and end-to-end latency (both are measured from the arrival time).
+ *
+ * --http URL sends the same requests, token-id prompts included, as
+ * streamed /v1/completions to an OpenAI-compatible server (http.c): the
+ * gateway's cost against the rings, or another server on the same load.
+ * There ITL is the gap between text chunks, and a request's token counts
+ * are its usage's. */
 #include "libclient/pagoda.h"
 #include "tools/pagoda-bench/bench.h"
 
@@ -22,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 struct load_opts {
@@ -38,6 +45,9 @@ struct load_opts {
 	double timeout_s;  /* longest wait for one event */
 	const char *label;
 	int spec, draft_max; /* pagoda_params.speculative, draft_max */
+	const char *http;  /* an OpenAI-compatible server's URL instead of the rings */
+	const char *model; /* the request's "model" with --http */
+	long vocab;        /* prompt ids below this (0: the model's vocabulary) */
 };
 
 struct req_rec {
@@ -74,6 +84,7 @@ struct load_run {
 struct worker {
 	struct load_run *run;
 	pagoda_t *pg;
+	struct bench_http *http;
 	pthread_t th;
 	int32_t *ids;
 	size_t ids_cap;
@@ -142,6 +153,81 @@ static bool build_prompt(struct worker *w, long idx, size_t *n_out, int *max_tok
 	*n_out = n;
 	*max_tokens = (int)out;
 	return true;
+}
+
+static void record(struct load_run *r, struct worker *w, const struct req_rec *rec)
+{
+	atomic_fetch_add(rec->ok ? &r->done : &r->failed, 1);
+	if (!r->record)
+		return;
+	pthread_mutex_lock(&r->mu);
+	if (r->n_recs == r->cap_recs) {
+		size_t cap = r->cap_recs ? 2 * r->cap_recs : 256;
+		struct req_rec *v = realloc(r->recs, cap * sizeof *v);
+		if (v) {
+			r->recs = v;
+			r->cap_recs = cap;
+		}
+	}
+	if (r->n_recs < r->cap_recs)
+		r->recs[r->n_recs++] = *rec;
+	if (rec->ok)
+		dvec_append(&r->itl, w->itl.v, w->itl.n);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void run_one_http(struct worker *w, long idx, uint64_t t_arrival)
+{
+	struct load_run *r = w->run;
+	const struct load_opts *o = r->o;
+	struct req_rec rec = { .finish = 0 };
+	size_t n_ids;
+	int max_tokens;
+	if (!build_prompt(w, idx, &n_ids, &max_tokens)) {
+		atomic_store(&r->abort, true);
+		return;
+	}
+	if (o->rate > 0)
+		bench_sleep_until_ns(t_arrival);
+	struct bench_http_req q = { .model = o->model, .ids = w->ids, .n_ids = n_ids, .max_tokens = max_tokens,
+				    .temp = o->temp, .seed = o->seed + (uint64_t)idx };
+	struct bench_http_result res = { .itl = &w->itl };
+	w->itl.n = 0;
+	atomic_fetch_add(&r->inflight, 1);
+	int rc = bench_http_complete(w->http, &q, &res);
+	atomic_fetch_sub(&r->inflight, 1);
+	if (rc < 0) {
+		rec.error = PAGODA_E_DISCONNECTED;
+		pthread_mutex_lock(&r->mu);
+		if (!r->first_error[0])
+			snprintf(r->first_error, sizeof r->first_error, "http: %.150s", bench_http_error(w->http));
+		pthread_mutex_unlock(&r->mu);
+		atomic_store(&r->abort, true);
+	} else if (res.error[0]) {
+		rec.error = PAGODA_E_INVALID_REQ;
+		pthread_mutex_lock(&r->mu);
+		if (!r->first_error[0])
+			snprintf(r->first_error, sizeof r->first_error, "http: %.150s", res.error);
+		pthread_mutex_unlock(&r->mu);
+	}
+	atomic_fetch_add(&r->tokens, res.n_gen);
+	rec.ok = rc == 0 && !res.error[0];
+	if (rec.ok) {
+		rec.finish = res.finish;
+		rec.n_prompt = res.n_prompt;
+		rec.n_cached = res.n_cached;
+		rec.n_gen = res.n_gen;
+		rec.n_seen = res.n_gen;
+		rec.t_done = res.t_done;
+		uint64_t t_first = res.t_first ? res.t_first : res.t_done;
+		rec.e2e_ms = (double)(res.t_done - t_arrival) / 1e6;
+		rec.ttft_ms = (double)(t_first - t_arrival) / 1e6;
+		if (res.n_gen > 1 && res.t_prev > t_first) {
+			rec.tpot_ms = (double)(res.t_prev - t_first) / 1e6 / (res.n_gen - 1);
+			rec.decode_rate = (res.n_gen - 1) / ((double)(res.t_prev - t_first) / 1e9);
+		}
+	}
+	record(r, w, &rec);
 }
 
 static void run_one(struct worker *w, long idx, uint64_t t_arrival)
@@ -225,23 +311,7 @@ static void run_one(struct worker *w, long idx, uint64_t t_arrival)
 		rec.ttft_ms = t_first ? (double)(t_first - t_arrival) / 1e6 : rec.e2e_ms;
 		rec.tpot_ms = rec.n_seen > 1 ? (double)(t_prev - t_first) / 1e6 / (rec.n_seen - 1) : 0;
 	}
-	atomic_fetch_add(rec.ok ? &r->done : &r->failed, 1);
-	if (!r->record)
-		return;
-	pthread_mutex_lock(&r->mu);
-	if (r->n_recs == r->cap_recs) {
-		size_t cap = r->cap_recs ? 2 * r->cap_recs : 256;
-		struct req_rec *v = realloc(r->recs, cap * sizeof *v);
-		if (v) {
-			r->recs = v;
-			r->cap_recs = cap;
-		}
-	}
-	if (r->n_recs < r->cap_recs)
-		r->recs[r->n_recs++] = rec;
-	if (rec.ok)
-		dvec_append(&r->itl, w->itl.v, w->itl.n);
-	pthread_mutex_unlock(&r->mu);
+	record(r, w, &rec);
 }
 
 static void *worker_main(void *arg)
@@ -250,7 +320,7 @@ static void *worker_main(void *arg)
 	long idx;
 	uint64_t t_arrival;
 	while (take_request(w->run, &idx, &t_arrival))
-		run_one(w, idx, t_arrival);
+		(w->http ? run_one_http : run_one)(w, idx, t_arrival);
 	atomic_fetch_sub(&w->run->workers_left, 1);
 	return NULL;
 }
@@ -329,6 +399,10 @@ static void usage_load(FILE *f)
 		"      --label TEXT      name of this run in the output\n"
 		"      --speculative K   speculative decoding: off, ngram or draft (default: the daemon's)\n"
 		"      --draft-max N     draft tokens per step, 1..16 (default: the daemon's)\n"
+		"      --http URL        the same requests as streamed OpenAI /v1/completions to\n"
+		"                        URL (pagoda-gateway, llama-server, ...) instead of the rings\n"
+		"      --model NAME      the requests' \"model\" with --http (default pagoda)\n"
+		"      --vocab N         prompt ids below N (needed with --http; default: the model's)\n"
 		"Prompts are random token ids (submitted as ids, so no tokenizer is involved).\n"
 		"Output length is a maximum: a request may end early at end of text.\n");
 }
@@ -399,6 +473,12 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 			o.draft_max = (int)lv;
 		} else if (!strcmp(a, "--label"))
 			o.label = v;
+		else if (!strcmp(a, "--http"))
+			o.http = v;
+		else if (!strcmp(a, "--model"))
+			o.model = v;
+		else if (!strcmp(a, "--vocab"))
+			ok = arg_long(a, v, 4, INT32_MAX, &o.vocab);
 		else {
 			fprintf(stderr, "pagoda-bench: unknown option %s (see pagoda-bench load --help)\n", a);
 			return 2;
@@ -423,16 +503,32 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 	int status = 1;
 	if (!ws)
 		goto out;
+	if (o.http && !o.vocab) {
+		fprintf(stderr, "pagoda-bench: --http needs --vocab N (prompt ids are drawn below N)\n");
+		goto out;
+	}
+	if (!o.model)
+		o.model = "pagoda";
 	for (long i = 0; i < o.streams; i++) {
 		ws[i].run = &r;
+		char err[200];
+		if (o.http) {
+			if (bench_http_open(o.http, &ws[i].http, err, sizeof err) < 0) {
+				fprintf(stderr, "pagoda-bench: %s\n", err);
+				goto out;
+			}
+			continue;
+		}
 		int rc = pagoda_connect(co->socket, &ws[i].pg);
 		if (rc < 0) {
 			fprintf(stderr, "pagoda-bench: connect (stream %ld): %s\n", i, pagoda_strerror(rc));
 			goto out;
 		}
 	}
-	r.n_vocab = pagoda_n_vocab(ws[0].pg);
-	r.n_ctx = pagoda_n_ctx(ws[0].pg);
+	r.n_vocab = o.http ? (int)o.vocab : pagoda_n_vocab(ws[0].pg);
+	r.n_ctx = o.http ? INT_MAX : pagoda_n_ctx(ws[0].pg);
+	if (o.vocab && o.vocab < r.n_vocab)
+		r.n_vocab = (int)o.vocab;
 	if (o.prefix + o.prompt.hi >= r.n_ctx) {
 		fprintf(stderr, "pagoda-bench: prompts of up to %ld tokens do not fit the context of %d\n",
 			o.prefix + o.prompt.hi, r.n_ctx);
@@ -551,6 +647,10 @@ int bench_load(int argc, char **argv, const struct common_opts *co)
 		summary_json(stdout, "queue_ms", &s_queue);
 		putchar(',');
 		summary_json(stdout, "prefill_ms", &s_prefill);
+		struct rusage ru;
+		getrusage(RUSAGE_SELF, &ru);
+		printf(",\"client_cpu_s\":%.4f",
+		       (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 		printf(",\"first_error\":\"");
 		for (const char *c = r.first_error; *c; c++)
 			if (*c != '"' && *c != '\\' && (unsigned char)*c >= 0x20)
@@ -615,6 +715,7 @@ out:
 		for (long i = 0; i < o.streams; i++) {
 			if (ws[i].pg)
 				pagoda_close(ws[i].pg);
+			bench_http_close(ws[i].http);
 			free(ws[i].ids);
 			dvec_free(&ws[i].itl);
 		}

@@ -33,6 +33,7 @@ static const struct key keys[] = {
 	{ "timeout", K_INT, F(timeout_s), "seconds an idle or slow HTTP connection is kept (default 30)" },
 	{ "max-body", K_SIZE, F(max_body), "request body bytes, K/M suffixes (default 4M)" },
 	{ "max-header", K_INT, F(max_header), "bytes of a request's line and headers (default 16384)" },
+	{ "bus", K_STR, F(bus), "D-Bus where pagodad's other counters are read for /metrics: auto (system, then session), system, session, none (default auto)" },
 	{ "quiet", K_BOOL, F(quiet), "log nothing but errors" },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -48,6 +49,7 @@ void gw_conf_defaults(struct gw_conf *c)
 	c->timeout_s = 30;
 	c->max_body = 4 << 20;
 	c->max_header = 16384;
+	snprintf(c->bus, sizeof c->bus, "auto");
 }
 
 void gw_conf_usage(void)

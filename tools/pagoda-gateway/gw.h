@@ -24,6 +24,7 @@ struct gw_conf {
 	int timeout_s;           /* idle HTTP connection */
 	int64_t max_body;        /* request body bytes */
 	int max_header;          /* bytes of a request's headers (MHD's pool) */
+	char bus[16];            /* D-Bus to read pagodad's other counters on */
 	bool quiet;
 };
 void gw_conf_defaults(struct gw_conf *c);
@@ -34,6 +35,7 @@ void gw_conf_usage(void);
 
 /* ---- req.c: an OpenAI request body -> a pagoda request -------------------- */
 enum gw_kind { GW_COMPLETION = 1, GW_CHAT = 2 };
+#define GW_MAX_N 16 /* choices of one request (n) */
 
 struct gw_err {
 	int status;          /* HTTP status */
@@ -57,6 +59,7 @@ struct gw_req {
 	bool tools;                 /* tools offered: parse tool calls from the reply */
 	bool logprobs;              /* each token's log-probability (p.flags has PAGODA_LOGPROBS) */
 	char *constraint;           /* response_format's schema (p.constraint points here) */
+	int n;                      /* choices: n requests, seeds seed, seed + 1, ... */
 };
 /* 0, or -1 with err filled (status 400 and OpenAI's wording). */
 int gw_req_parse(enum gw_kind kind, const char *body, size_t len, struct gw_req *r, struct gw_err *err);
@@ -106,6 +109,37 @@ int gw_call_start(struct gw_pool *p, const struct gw_req *r, struct gw_call **ou
 int gw_call_take(struct gw_call *c, struct gw_take *t, int timeout_ms);
 /* Cancels the request unless it ended, and lets go of it. */
 void gw_call_release(struct gw_call *c);
+/* One thread waiting on several calls (n > 1): each call set to a wake
+ * bumps its count when something arrives. Read the count, take from every
+ * call (timeout 0), and wait for the count to move when none had anything.
+ * A released call no longer touches its wake. */
+struct gw_wake;
+struct gw_wake *gw_wake_new(void);
+void gw_wake_free(struct gw_wake *w);
+void gw_call_set_wake(struct gw_call *c, struct gw_wake *w);
+uint64_t gw_wake_seq(struct gw_wake *w);
+/* 0 when the count is no longer seen, else PAGODA_E_TIMEOUT. */
+int gw_wake_wait(struct gw_wake *w, uint64_t seen, int timeout_ms);
+
+/* ---- dbus.c: the daemon's counters beyond its STATS answer ----------------- */
+struct gw_bus_metric {
+	const char *key;     /* the D-Bus name (Stats() key or property) */
+	const char *name, *type, *labels, *help; /* help NULL: as the row before */
+};
+#define GW_BUS_N 20
+extern const struct gw_bus_metric gw_bus_metrics[GW_BUS_N];
+struct gw_bus_vals {
+	bool up;             /* the daemon answered on the bus */
+	bool full;           /* Stats() (every counter), not the properties */
+	bool have[GW_BUS_N];
+	double v[GW_BUS_N];
+};
+struct gw_bus;
+/* kind: auto (system, then session), system, session, none (*out NULL). */
+int gw_bus_open(const char *kind, struct gw_bus **out, char *err, size_t errlen);
+void gw_bus_close(struct gw_bus *b);
+/* 0, or a negative errno (v->up false). Thread-safe. */
+int gw_bus_read(struct gw_bus *b, struct gw_bus_vals *v);
 
 /* ---- metrics.c: counters and histograms, Prometheus text ------------------- */
 void gw_metrics_init(const char *model_name);
@@ -114,8 +148,9 @@ void gw_metrics_http(const char *route, int status);
 void gw_metrics_done(const struct pagoda_timings *t, int finish);
 /* The gap between two tokens of one request as they reached the gateway. */
 void gw_metrics_itl(uint64_t ns);
-/* The text exposition; st may be NULL (daemon unreachable). malloc'd. */
-char *gw_metrics_render(const struct pagoda_stats *st, bool daemon_up, size_t *len);
+/* The text exposition; st may be NULL (daemon unreachable), bv NULL (no
+ * bus). malloc'd. */
+char *gw_metrics_render(const struct pagoda_stats *st, bool daemon_up, const struct gw_bus_vals *bv, size_t *len);
 
 /* ---- reply.c: OpenAI's response objects ------------------------------------ */
 struct json_t;
@@ -128,6 +163,24 @@ const char *gw_finish_name(int finish, bool tool_calls);
  * tool_calls, or NULL when the text is not one. */
 struct json_t *gw_parse_tool_calls(const char *text, size_t len, char **content, size_t *content_len);
 void gw_new_id(char *buf, size_t len, const char *prefix);
+/* A streamed reply with tools: the text before a Hermes <tool_call> goes
+ * out as it comes (a marker's possible start held back), each call as
+ * soon as its </tool_call> arrives; a Llama 3.x reply ('{' or
+ * <|python_tag|> first) is held and parsed at the end; a marker that gave
+ * no call is text after all. Step after each piece with the whole text so
+ * far. */
+enum { GW_TCS_TEXT, GW_TCS_HOLD, GW_TCS_CALLS };
+struct gw_tcs {
+	int mode;
+	size_t emitted;   /* text bytes sent as content (or passed over) */
+	size_t call_pos;  /* where the next call's segment starts */
+	int n_calls;
+};
+struct gw_tcs_out {
+	size_t content_off, content_len; /* content to send now: text[off, off + len) */
+	struct json_t *calls;            /* the calls complete now, each with "index" (caller frees) */
+};
+void gw_tcs_step(struct gw_tcs *t, const char *text, size_t len, bool final, struct gw_tcs_out *o);
 
 /* ---- openapi.c --------------------------------------------------------------- */
 extern const char gw_openapi_json[];

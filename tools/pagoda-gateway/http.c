@@ -17,6 +17,7 @@ struct gw_server {
 	struct MHD_Daemon *d;
 	const struct gw_conf *conf;
 	struct gw_pool *pool;
+	struct gw_bus *bus;
 };
 
 enum route { R_NONE, R_MODELS, R_COMPLETIONS, R_CHAT, R_HEALTH, R_METRICS, R_OPENAPI };
@@ -96,8 +97,10 @@ static enum MHD_Result metrics(struct gw_server *s, struct MHD_Connection *c)
 {
 	struct pagoda_stats st;
 	bool up = gw_pool_up(s->pool) && gw_pool_stats(s->pool, &st, 2000) == 0;
+	struct gw_bus_vals bv;
+	gw_bus_read(s->bus, &bv);
 	size_t len = 0;
-	char *b = gw_metrics_render(up ? &st : NULL, up, &len);
+	char *b = gw_metrics_render(up ? &st : NULL, up, s->bus ? &bv : NULL, &len);
 	struct MHD_Response *r = b ? MHD_create_response_from_buffer(len, b, MHD_RESPMEM_MUST_FREE) : NULL;
 	if (r)
 		MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
@@ -257,10 +260,15 @@ int gw_http_start(const struct gw_conf *c, struct gw_pool *pool, int listen_fd, 
 	}
 	s->conf = c;
 	s->pool = pool;
+	if (gw_bus_open(c->bus, &s->bus, err, errlen) < 0) {
+		free(s);
+		return -1;
+	}
 	struct sockaddr_storage ss;
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
 	if (listen_fd < 0) {
 		if (parse_listen(c->listen, &ss, err, errlen) < 0) {
+			gw_bus_close(s->bus);
 			free(s);
 			return -1;
 		}
@@ -284,6 +292,7 @@ int gw_http_start(const struct gw_conf *c, struct gw_pool *pool, int listen_fd, 
 	if (!s->d) {
 		snprintf(err, errlen, "cannot listen on %s (in use, or not this machine's address?)",
 			 listen_fd >= 0 ? "the socket systemd passed" : c->listen);
+		gw_bus_close(s->bus);
 		free(s);
 		return -1;
 	}
@@ -296,5 +305,6 @@ void gw_http_stop(struct gw_server *s)
 	if (!s)
 		return;
 	MHD_stop_daemon(s->d);
+	gw_bus_close(s->bus);
 	free(s);
 }

@@ -178,7 +178,29 @@ static void hist_out(struct out *o, const struct hist *h)
 	    h->name, M.model, (unsigned long long)h->n);
 }
 
-char *gw_metrics_render(const struct pagoda_stats *st, bool daemon_up, size_t *len)
+/* The counters read on D-Bus: each name's HELP and TYPE once, then its
+ * samples (the offload errors one per kind). */
+static void bus_out(struct out *o, const struct gw_bus_vals *bv)
+{
+	metric(o, "gauge", "pagoda_bus_up", "1 when pagodad answered on D-Bus (the pagoda_offload_*, pagoda_spec_* "
+	       "and step counters come from there).", bv->up);
+	const char *last = "";
+	for (int i = 0; i < GW_BUS_N; i++) {
+		const struct gw_bus_metric *m = &gw_bus_metrics[i];
+		if (!bv->have[i])
+			continue;
+		if (strcmp(m->name, last)) {
+			const char *help = m->help;
+			for (int k = i; !help && k > 0; k--) /* the name's first row has it */
+				help = gw_bus_metrics[k - 1].help;
+			put(o, "# HELP %s %s\n# TYPE %s %s\n", m->name, help, m->name, m->type);
+			last = m->name;
+		}
+		put(o, "%s{%s%smodel_name=\"%s\"} %.17g\n", m->name, m->labels, *m->labels ? "," : "", M.model, bv->v[i]);
+	}
+}
+
+char *gw_metrics_render(const struct pagoda_stats *st, bool daemon_up, const struct gw_bus_vals *bv, size_t *len)
 {
 	struct out o = { 0 };
 	metric(&o, "gauge", "pagoda_up", "1 when the gateway reaches pagodad.", daemon_up && st ? 1 : 0);
@@ -212,6 +234,8 @@ char *gw_metrics_render(const struct pagoda_stats *st, bool daemon_up, size_t *l
 		metric(&o, "gauge", "pagoda_context_tokens", "Context length per sequence.", st->n_ctx);
 		metric(&o, "gauge", "pagoda_draining", "1 while pagodad drains for shutdown.", st->draining);
 	}
+	if (bv)
+		bus_out(&o, bv);
 	pthread_mutex_lock(&M.lock);
 	for (int i = 0; i < NH; i++)
 		hist_out(&o, &M.h[i]);

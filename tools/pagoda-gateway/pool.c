@@ -17,6 +17,13 @@
 
 struct conn;
 
+/* Wakes the one thread that waits on several calls (the choices of n > 1). */
+struct gw_wake {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint64_t seq;
+};
+
 struct gw_call {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -35,6 +42,7 @@ struct gw_call {
 	char errmsg[128];
 	struct pagoda_timings t;
 	uint64_t last_tok_ns;
+	struct gw_wake *wake;     /* under lock; NULL once the holder released the call */
 };
 
 struct conn {
@@ -111,6 +119,73 @@ static struct gw_call *call_new(void)
 	pthread_cond_init(&c->cond, NULL);
 	c->refs = 2;
 	return c;
+}
+
+/* With c->lock held: tells the call's group something came. */
+static void wake_up(struct gw_call *c)
+{
+	struct gw_wake *w = c->wake;
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->seq++;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+struct gw_wake *gw_wake_new(void)
+{
+	struct gw_wake *w = calloc(1, sizeof *w);
+	if (!w)
+		return NULL;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	return w;
+}
+
+void gw_wake_free(struct gw_wake *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->cond);
+	free(w);
+}
+
+uint64_t gw_wake_seq(struct gw_wake *w)
+{
+	pthread_mutex_lock(&w->lock);
+	uint64_t s = w->seq;
+	pthread_mutex_unlock(&w->lock);
+	return s;
+}
+
+int gw_wake_wait(struct gw_wake *w, uint64_t seen, int timeout_ms)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	while (w->seq == seen && rc == 0)
+		rc = pthread_cond_timedwait(&w->cond, &w->lock, &dl);
+	bool moved = w->seq != seen;
+	pthread_mutex_unlock(&w->lock);
+	return moved ? 0 : PAGODA_E_TIMEOUT;
+}
+
+void gw_call_set_wake(struct gw_call *c, struct gw_wake *w)
+{
+	pthread_mutex_lock(&c->lock);
+	c->wake = w;
+	if (c->len || c->final || c->n_tokens)
+		wake_up(c);
+	pthread_mutex_unlock(&c->lock);
 }
 
 /* With mlock held: the call leaves the map (its final event came). */
@@ -214,6 +289,7 @@ static void deliver(struct conn *k, const struct pagoda_event *ev)
 	}
 	c->final = c->final || final;
 	pthread_cond_broadcast(&c->cond);
+	wake_up(c);
 	pthread_mutex_unlock(&c->lock);
 	if (final)
 		call_unref(c);
@@ -235,6 +311,7 @@ static void fail_all(struct conn *k, int err)
 		c->error = err;
 		snprintf(c->errmsg, sizeof c->errmsg, "pagodad: %s", pagoda_strerror(err));
 		pthread_cond_broadcast(&c->cond);
+		wake_up(c);
 		pthread_mutex_unlock(&c->lock);
 		call_unref(c);
 	}
@@ -456,6 +533,7 @@ void gw_call_release(struct gw_call *c)
 		return;
 	pthread_mutex_lock(&c->lock);
 	bool final = c->final;
+	c->wake = NULL;
 	pthread_mutex_unlock(&c->lock);
 	if (!final && !c->is_stats) {
 		struct conn *k = c->conn;

@@ -192,3 +192,114 @@ json_t *gw_parse_tool_calls(const char *text, size_t len, char **content, size_t
 	}
 	return calls;
 }
+
+/* ---- tool calls while a reply streams --------------------------------------- */
+static const char tc_open[] = "<tool_call>", tc_close[] = "</tool_call>";
+
+/* Bytes at the end of s that could begin the marker m (a proper prefix). */
+static size_t partial_tail(const char *s, size_t n, const char *m, size_t mlen)
+{
+	for (size_t k = mlen - 1 < n ? mlen - 1 : n; k > 0; k--)
+		if (!memcmp(s + n - k, m, k))
+			return k;
+	return 0;
+}
+
+/* The calls of one Hermes segment <tool_call>...[</tool_call>], numbered on. */
+static void take_calls(struct gw_tcs *t, const char *seg, size_t n, json_t *out)
+{
+	char *content = NULL;
+	size_t clen = 0;
+	json_t *tc = gw_parse_tool_calls(seg, n, &content, &clen);
+	free(content);
+	size_t i;
+	json_t *c;
+	json_array_foreach(tc, i, c) {
+		json_object_set_new(c, "index", json_integer(t->n_calls++));
+		json_array_append(out, c);
+	}
+	json_decref(tc);
+}
+
+void gw_tcs_step(struct gw_tcs *t, const char *text, size_t len, bool final, struct gw_tcs_out *o)
+{
+	static const char tag[] = "<|python_tag|>";
+	memset(o, 0, sizeof *o);
+	o->calls = json_array();
+	if (t->mode == GW_TCS_TEXT) {
+		size_t k = t->emitted;
+		while (k < len && blank(text + k, 1))
+			k++;
+		if (t->emitted == 0 && k < len) {
+			/* Llama 3.x form: the whole reply is the call(s), parsed at the end */
+			size_t rest = len - k;
+			if (text[k] == '{' || (rest >= sizeof tag - 1 && !memcmp(text + k, tag, sizeof tag - 1)))
+				t->mode = GW_TCS_HOLD;
+			else if (!final && rest < sizeof tag - 1 && !memcmp(text + k, tag, rest))
+				return; /* maybe the tag: wait */
+		}
+		if (t->mode == GW_TCS_TEXT) {
+			if (k == len && !final)
+				return; /* only blanks so far: the call may come next */
+			const char *p = memmem(text + t->emitted, len - t->emitted, tc_open, sizeof tc_open - 1);
+			size_t end = p ? (size_t)(p - text) : len - (final ? 0 : partial_tail(text, len, tc_open, sizeof tc_open - 1));
+			bool lead = t->emitted == 0 && blank(text, end); /* blanks before a call are no content */
+			if (lead && !p && !final)
+				return;
+			if (end > t->emitted && !(lead && p)) {
+				o->content_off = t->emitted;
+				o->content_len = end - t->emitted;
+			}
+			t->emitted = end;
+			if (p) {
+				t->mode = GW_TCS_CALLS;
+				t->call_pos = end;
+			}
+		}
+	}
+	if (t->mode == GW_TCS_CALLS) {
+		for (;;) {
+			const char *b = text + t->call_pos;
+			const char *e = memmem(b, len - t->call_pos, tc_close, sizeof tc_close - 1);
+			if (!e)
+				break;
+			size_t seg = (size_t)(e - b) + sizeof tc_close - 1;
+			take_calls(t, b, seg, o->calls);
+			t->call_pos += seg;
+			const char *nx = memmem(text + t->call_pos, len - t->call_pos, tc_open, sizeof tc_open - 1);
+			if (!nx) { /* text after the calls: ignored, as in a whole answer; a later call is looked for */
+				size_t keep = partial_tail(text + t->call_pos, len - t->call_pos, tc_open, sizeof tc_open - 1);
+				t->call_pos = len - keep;
+				break;
+			}
+			t->call_pos = (size_t)(nx - text);
+		}
+		if (final && len - t->call_pos >= sizeof tc_open - 1 &&
+		    !memcmp(text + t->call_pos, tc_open, sizeof tc_open - 1))
+			take_calls(t, text + t->call_pos, len - t->call_pos, o->calls); /* no closing tag */
+		if (final && !t->n_calls && t->emitted < len) { /* a marker and no call: it was text */
+			o->content_off = t->emitted;
+			o->content_len = len - t->emitted;
+			t->emitted = len;
+		}
+	}
+	if (t->mode == GW_TCS_HOLD && final) {
+		char *content = NULL;
+		size_t clen = 0;
+		json_t *tc = gw_parse_tool_calls(text, len, &content, &clen);
+		free(content);
+		if (tc) {
+			size_t i;
+			json_t *c;
+			json_array_foreach(tc, i, c) {
+				json_object_set_new(c, "index", json_integer(t->n_calls++));
+				json_array_append(o->calls, c);
+			}
+			json_decref(tc);
+		} else {
+			o->content_off = t->emitted;
+			o->content_len = len - t->emitted;
+			t->emitted = len;
+		}
+	}
+}

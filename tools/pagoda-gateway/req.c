@@ -211,10 +211,9 @@ static int common(json_t *o, struct gw_req *r, struct gw_err *e)
 		return -1;
 	}
 	i = 1;
-	if (get_int(o, "n", 1, 1 << 20, &i, e) < 0)
+	if (get_int(o, "n", 1, GW_MAX_N, &i, e) < 0)
 		return -1;
-	if (i != 1)
-		return fail(e, "n", "'n' must be 1: pagoda-gateway returns one choice per request");
+	r->n = (int)i;
 	d = 0;
 	if (get_num(o, "presence_penalty", -2, 2, &d, e) < 0)
 		return -1;
@@ -297,9 +296,21 @@ static int completion_only(json_t *o, struct gw_err *e)
 	json_t *v = json_object_get(o, "suffix");
 	if (!absent(v) && !(json_is_string(v) && json_string_length(v) == 0))
 		return unsupported(e, "suffix", "");
-	v = json_object_get(o, "logprobs");
-	if (!absent(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
-		return unsupported(e, "logprobs", "(not yet)");
+	return 0;
+}
+
+/* Completions' logprobs is a count of top alternatives; 0 gives each
+ * sampled token's own. */
+static int completion_logprobs(json_t *o, struct gw_req *r, struct gw_err *e)
+{
+	json_int_t lp = -1;
+	if (get_int(o, "logprobs", 0, PAGODA_TOP_LOGPROBS, &lp, e) < 0)
+		return -1;
+	if (lp >= 0) {
+		r->logprobs = true;
+		r->p.flags |= PAGODA_LOGPROBS;
+		r->p.top_logprobs = (int)lp;
+	}
 	return 0;
 }
 
@@ -501,7 +512,8 @@ int gw_req_parse(enum gw_kind kind, const char *body, size_t len, struct gw_req 
 	else if (depth(o) > MAX_DEPTH)
 		rc = fail(e, NULL, "the body nests deeper than %d", MAX_DEPTH);
 	else if ((rc = common(o, r, e)) == 0)
-		rc = kind == GW_CHAT ? chat(o, r, e) : (completion_only(o, e) < 0 ? -1 : completion(o, r, e));
+		rc = kind == GW_CHAT ? chat(o, r, e)
+				     : (completion_only(o, e) < 0 || completion_logprobs(o, r, e) < 0 ? -1 : completion(o, r, e));
 	json_decref(o);
 	if (rc < 0)
 		gw_req_free(r);
