@@ -39,7 +39,9 @@ version) echo "$VERSION"; exit 0 ;;
 src) [ -d "$SRC" ] && echo "$SRC"; [ -d "$SRC" ]; exit ;;
 server) TARGETS=llama-server ;;
 esac
-STAMP=$P/stamp$([ "${1:-}" = server ] && echo -server)
+# (an if, not $(test && echo): under set -e a failing substitution ends the script)
+STAMP=$P/stamp
+if [ "${1:-}" = server ]; then STAMP=$P/stamp-server; fi
 
 log() { echo "peer: $*" >&2; }
 
