@@ -1006,7 +1006,7 @@ static uint32_t codes_intern(struct codes *t, const uint64_t *it, uint32_t n)
 	uint32_t i = (uint32_t)(h >> 32) & (t->icap - 1);
 	for (; t->index[i]; i = (i + 1) & (t->icap - 1)) {
 		uint32_t c = t->index[i] - 1;
-		if (t->hash[c] == h && t->len[c] == n && !memcmp(t->items + t->off[c], it, n * sizeof *it))
+		if (t->hash[c] == h && t->len[c] == n && (!n || !memcmp(t->items + t->off[c], it, n * sizeof *it)))
 			return c;
 	}
 	size_t cap = t->cap, cap2 = t->cap, cap3 = t->cap, capi = t->cap_items;
@@ -1020,7 +1020,8 @@ static uint32_t codes_intern(struct codes *t, const uint64_t *it, uint32_t n)
 	t->hash[t->n] = h;
 	t->off[t->n] = (uint32_t)t->n_items;
 	t->len[t->n] = n;
-	memcpy(t->items + t->n_items, it, n * sizeof *it);
+	if (n) /* an empty set: items may still be NULL */
+		memcpy(t->items + t->n_items, it, n * sizeof *it);
 	t->n_items += n;
 	t->index[i] = t->n + 1;
 	return t->n++;
