@@ -994,14 +994,20 @@ static void queue_masks(struct engine *e, const struct plan *p)
 		masker_start(e->masker);
 }
 
-static void remove_and_finish(struct engine *e, struct seq *s, enum finish_reason why)
+/* Takes s off the running list, then finishes it. */
+static void remove_and_end(struct engine *e, struct seq *s, enum finish_reason why, int code, const char *msg)
 {
 	for (int i = 0; i < e->n_running; i++)
 		if (e->running[i] == s) {
 			remove_running(e, i);
 			break;
 		}
-	finish(e, s, why, 0, NULL);
+	finish(e, s, why, code, msg);
+}
+
+static void remove_and_finish(struct engine *e, struct seq *s, enum finish_reason why)
+{
+	remove_and_end(e, s, why, 0, NULL);
 }
 
 /* A constrained sequence's verified rows: row i masked by the matcher's
@@ -1025,12 +1031,7 @@ static int mask_rows(struct engine *e, struct seq *s, float *rows, int k)
 
 static void remove_and_fail(struct engine *e, struct seq *s, const char *msg)
 {
-	for (int i = 0; i < e->n_running; i++)
-		if (e->running[i] == s) {
-			remove_running(e, i);
-			break;
-		}
-	finish(e, s, FINISH_ERROR, ENGINE_ERR_INVALID, msg);
+	remove_and_end(e, s, FINISH_ERROR, ENGINE_ERR_INVALID, msg);
 }
 
 /* The drafts a constrained sequence may verify: the prefix its grammar

@@ -160,7 +160,8 @@ uint64_t gw_wake_seq(struct gw_wake *w)
 	return s;
 }
 
-int gw_wake_wait(struct gw_wake *w, uint64_t seen, int timeout_ms)
+/* timeout_ms from now on CLOCK_REALTIME, for pthread_cond_timedwait. */
+static struct timespec deadline(int timeout_ms)
 {
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
@@ -170,6 +171,12 @@ int gw_wake_wait(struct gw_wake *w, uint64_t seen, int timeout_ms)
 		dl.tv_sec++;
 		dl.tv_nsec -= 1000000000L;
 	}
+	return dl;
+}
+
+int gw_wake_wait(struct gw_wake *w, uint64_t seen, int timeout_ms)
+{
+	struct timespec dl = deadline(timeout_ms);
 	int rc = 0;
 	pthread_mutex_lock(&w->lock);
 	while (w->seq == seen && rc == 0)
@@ -494,14 +501,7 @@ int gw_call_start(struct gw_pool *p, const struct gw_req *r, struct gw_call **ou
 int gw_call_take(struct gw_call *c, struct gw_take *t, int timeout_ms)
 {
 	memset(t, 0, sizeof *t);
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	struct timespec dl = deadline(timeout_ms);
 	pthread_mutex_lock(&c->lock);
 	while (!c->len && !c->final && !c->n_tokens)
 		if (pthread_cond_timedwait(&c->cond, &c->lock, &dl)) {
