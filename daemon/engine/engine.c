@@ -111,6 +111,7 @@ struct engine {
 	struct masker *masker;     /* likewise */
 	int mask_threads;          /* its workers */
 	bool mask_overlap;         /* masks computed while a device runs the forward */
+	uint64_t mask_wait_ns;     /* the engine thread's time on masks after forward passes */
 	/* speculative decoding */
 	struct spec_drafter *ngram, *draft;
 	bool own_draft;
@@ -476,9 +477,15 @@ static int constrain(struct engine *e, struct seq *s, struct engine_req *r)
 	pthread_mutex_unlock(&e->lock);
 	if (!v || !mk)
 		return refuse(r, ENGINE_ERR_NOMEM, "out of memory");
+	uint64_t t0 = now_ns();
 	if (!r->constraint || gm_compile_cached(r->constraint_kind, r->constraint, r->constraint_len, &s->gmg,
 						err, sizeof err))
 		return refuse(r, ENGINE_ERR_INVALID, "constraint: %s", r->constraint ? err : "no text");
+	uint64_t dt = now_ns() - t0;
+	pthread_mutex_lock(&e->lock);
+	e->stats.constraint_requests++;
+	e->stats.constraint_compile_ns += dt;
+	pthread_mutex_unlock(&e->lock);
 	s->gm = gm_matcher_new(s->gmg, v);
 	s->gm_mask = malloc(((size_t)e->n_vocab + 31) / 32 * sizeof *s->gm_mask);
 	if (!s->gm || !s->gm_mask)
@@ -967,7 +974,12 @@ static void emit(struct engine *e, struct seq *s, int32_t tok)
  * draws from the allowed ones. Non-zero when none is allowed. */
 static int mask_logits(struct engine *e, struct seq *s, float *logits)
 {
-	int allowed = s->gm_ready ? s->gm_allowed : gm_matcher_mask(s->gm, s->gm_mask);
+	int allowed = s->gm_allowed;
+	if (!s->gm_ready) {
+		uint64_t t = now_ns();
+		allowed = masker_run(e->masker, s->gm, s->gm_mask);
+		e->mask_wait_ns += now_ns() - t;
+	}
 	s->gm_ready = false;
 	if (allowed <= 0)
 		return -1;
@@ -1174,6 +1186,7 @@ static void update_stats(struct engine *e, const struct plan *p)
 	}
 	pthread_mutex_lock(&e->lock);
 	e->stats.steps += p->n_tok > 0;
+	e->stats.constraint_wait_ns = e->mask_wait_ns;
 	e->stats.running = e->n_running;
 	e->stats.waiting = waiting;
 	for (struct seq *s = e->in_head; s; s = s->next)
@@ -1346,8 +1359,11 @@ int engine_step(struct engine *e)
 		count_tokens(e, &p);
 		queue_masks(e, &p);
 		int r = pg_backend_step(e->be, &b);
-		if (e->masker)
+		if (e->masker) {
+			uint64_t t = now_ns();
 			masker_finish(e->masker); /* before anything may free a sequence */
+			e->mask_wait_ns += now_ns() - t;
+		}
 		uint64_t t_fwd = probe ? now_ns() : 0;
 		if (r)
 			fail_batch(e, &p, r);
@@ -1409,6 +1425,8 @@ void engine_get_stats(struct engine *e, struct engine_stats *s)
 {
 	pthread_mutex_lock(&e->lock);
 	*s = e->stats;
+	if (e->masker)
+		masker_totals(e->masker, &s->constraint_masks, &s->constraint_mask_ns);
 	percentiles(e->lat_ttft, e->n_ttft, &s->ttft_p50, &s->ttft_p99);
 	percentiles(e->lat_itl, e->n_itl, &s->itl_p50, &s->itl_p99);
 	pthread_mutex_unlock(&e->lock);

@@ -224,6 +224,12 @@ struct engine_stats {
 	 * and those tokens (spec_tokens / spec_passes: tokens per pass) */
 	uint64_t spec_drafted, spec_accepted, spec_passes, spec_tokens;
 	char spec_default[8]; /* "off", "ngram", "draft" */
+	/* structured output: requests whose constraint compiled (a cache hit
+	 * too) and the time that took, masks computed and their CPU time
+	 * (every thread's), and the engine thread's time on masks after
+	 * forward passes, waiting or computing (the part that slows decoding) */
+	uint64_t constraint_requests, constraint_compile_ns;
+	uint64_t constraint_masks, constraint_mask_ns, constraint_wait_ns;
 };
 #define ENGINE_LAT_WINDOW 1024
 void engine_get_stats(struct engine *e, struct engine_stats *s); /* thread-safe */

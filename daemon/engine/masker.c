@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct mask_job {
 	struct gm_matcher *m;
@@ -30,7 +31,24 @@ struct masker {
 	uint64_t round;
 	bool open, stop;
 	int busy;
+	_Atomic uint64_t masks, mask_ns; /* every job so far, its thread's CPU time */
 };
+
+static uint64_t thread_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int masker_run(struct masker *mk, struct gm_matcher *m, uint32_t *mask)
+{
+	uint64_t t0 = thread_ns();
+	int r = gm_matcher_mask(m, mask);
+	atomic_fetch_add(&mk->mask_ns, thread_ns() - t0);
+	atomic_fetch_add(&mk->masks, 1);
+	return r;
+}
 
 /* Claims and runs jobs until none is left. */
 static void drain(struct masker *mk)
@@ -40,7 +58,7 @@ static void drain(struct masker *mk)
 		if (i >= mk->n_jobs)
 			return;
 		struct mask_job *j = &mk->jobs[i];
-		*j->result = gm_matcher_mask(j->m, j->mask);
+		*j->result = masker_run(mk, j->m, j->mask);
 		if (atomic_fetch_add(&mk->n_done, 1) + 1 == mk->n_jobs) {
 			pthread_mutex_lock(&mk->lock);
 			pthread_cond_broadcast(&mk->done);
@@ -148,4 +166,10 @@ void masker_finish(struct masker *mk)
 	mk->n_jobs = 0;
 	atomic_store(&mk->next, 0);
 	atomic_store(&mk->n_done, 0);
+}
+
+void masker_totals(struct masker *mk, uint64_t *masks, uint64_t *ns)
+{
+	*masks = atomic_load(&mk->masks);
+	*ns = atomic_load(&mk->mask_ns);
 }

@@ -23,5 +23,9 @@ void masker_start(struct masker *mk);
 /* Computes what is left with the workers, returns when every queued job is
  * done, and empties the queue. */
 void masker_finish(struct masker *mk);
+/* One mask now, on the caller's thread (gm_matcher_mask, counted). */
+int masker_run(struct masker *mk, struct gm_matcher *m, uint32_t *mask);
+/* Masks computed so far and their CPU time (any thread may ask). */
+void masker_totals(struct masker *mk, uint64_t *masks, uint64_t *ns);
 
 #endif

@@ -36,6 +36,7 @@ enum field {
 	F_OFF_BLK_IN, F_OFF_BLK_OUT, F_OFF_SWAP_OUT, F_OFF_TIER_TOK, F_OFF_SLOTS, F_OFF_SLOTS_USED, F_OFF_WARM,
 	F_OFF_DROPPED, F_OFF_ERR_CRC, F_OFF_ERR_SHORT, F_OFF_ERR_IO, F_OFF_ERR_NOSPC, F_OFF_ERR_HDR, F_OFF_OFF,
 	F_OFF_ZC_IN, F_OFF_ZC_OUT, F_OFF_POOL_REG, F_OFF_DROPS, F_OFF_CQES,
+	F_GM_REQ, F_GM_COMPILE, F_GM_MASKS, F_GM_MASK_T, F_GM_WAIT,
 	NFIELD
 };
 
@@ -110,6 +111,11 @@ static const struct fdef fields[NFIELD] = {
 	[F_OFF_POOL_REG] = { "OffloadPoolRegistered", 'u', false },
 	[F_OFF_DROPS] = { "OffloadDrops", 't', false },
 	[F_OFF_CQES] = { "OffloadRingCompletions", 't', false },
+	[F_GM_REQ] = { "ConstraintRequests", 't', false },
+	[F_GM_COMPILE] = { "ConstraintCompileUSec", 't', false },
+	[F_GM_MASKS] = { "ConstraintMasks", 't', false },
+	[F_GM_MASK_T] = { "ConstraintMaskUSec", 't', false },
+	[F_GM_WAIT] = { "ConstraintWaitUSec", 't', false },
 };
 
 struct val {
@@ -213,6 +219,11 @@ static void snapshot_now(struct pbus *b, struct val *v)
 		v[F_DECODE].u = st.decode_tokens;
 		v[F_STEPS].u = st.steps;
 		v[F_KV_WASTE].d = st.kv_waste;
+		v[F_GM_REQ].u = st.constraint_requests;
+		v[F_GM_COMPILE].u = st.constraint_compile_ns / 1000;
+		v[F_GM_MASKS].u = st.constraint_masks;
+		v[F_GM_MASK_T].u = st.constraint_mask_ns / 1000;
+		v[F_GM_WAIT].u = st.constraint_wait_ns / 1000;
 		v[F_KV_TYPE_K].s = nz(st.kv_type_k);
 		v[F_KV_TYPE_V].s = nz(st.kv_type_v);
 		v[F_KV_TOKENS].u = (uint64_t)(st.kv_tokens_total > 0 ? st.kv_tokens_total : 0);

@@ -3,9 +3,10 @@
 # speculative decoding's counters, read from pagodad's D-Bus object. A
 # pagodad on a private session bus with a tier file and n-gram
 # speculation, the gateway on the same bus; requests through the gateway;
-# then every pagoda_offload_*, pagoda_spec_* and step sample, parsed by
-# prometheus_client, equals the daemon's own Stats() (busctl), drafts were
-# made, and the tier has slots. With bus = none the samples are absent.
+# then every pagoda_offload_*, pagoda_spec_*, pagoda_constraint_* and step
+# sample, parsed by prometheus_client, equals the daemon's own Stats()
+# (busctl), drafts were made, the tier has slots, and the one constrained
+# request counts one compile and a mask per token at least. With bus = none the samples are absent.
 . "$(dirname "$0")/lib.sh"
 need_testdata models/stories260K.gguf
 M=$T/models/stories260K.gguf
@@ -65,10 +66,16 @@ for n in 1 2 3; do
 		-d "{\"prompt\": \"Once upon a time. Once upon a time. Once upon a time $n\", \"max_tokens\": 48, \"temperature\": 0}" \
 		>"$D/c$n" && ok || bad "completion $n"
 done
+# one constrained request: the pagoda_constraint_* counters
+curl -sf "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+	-d '{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0,
+	     "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+	       "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}}' \
+	>"$D/cj" && ok || bad "constrained completion"
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$D/metrics" && ok || bad "GET /metrics"
 busctl --user call org.pagoda.Daemon1 /org/pagoda/Daemon1 org.pagoda.Daemon1 Stats --json=short >"$D/stats" &&
 	ok || bad "busctl Stats"
-python3 - "$D/metrics" "$D/stats" <<'PY' 2>"$D/py" && ok || bad "metrics against Stats(): $(cat "$D/py")"
+python3 - "$D/metrics" "$D/stats" "$D/cj" <<'PY' 2>"$D/py" && ok || bad "metrics against Stats(): $(cat "$D/py")"
 import json, sys
 from prometheus_client.parser import text_string_to_metric_families
 samples = {}
@@ -94,21 +101,37 @@ want = {
     ("pagoda_prefill_tokens_total", ""): "PrefillTokens",
     ("pagoda_decode_tokens_total", ""): "DecodeTokens",
     ("pagoda_steps_total", ""): "Steps",
+    ("pagoda_constraint_requests_total", ""): "ConstraintRequests",
+    ("pagoda_constraint_masks_total", ""): "ConstraintMasks",
+    ("pagoda_constraint_compile_seconds_total", ""): "ConstraintCompileUSec",
+    ("pagoda_constraint_mask_seconds_total", ""): "ConstraintMaskUSec",
+    ("pagoda_constraint_wait_seconds_total", ""): "ConstraintWaitUSec",
 }
 bad = []
 for (name, kind), key in want.items():
+    scale = 1e-6 if key.endswith("USec") else 1
     if (name, kind) not in samples:
         bad.append(f"{name}{{{kind}}} missing")
-    elif samples[(name, kind)] != st[key]:
+    elif abs(samples[(name, kind)] - st[key] * scale) > 1e-9 * max(1, st[key]):
         bad.append(f"{name}{{{kind}}} {samples[(name, kind)]} != Stats() {key} {st[key]}")
+cj = json.load(open(sys.argv[3]))
+ntok = cj["usage"]["completion_tokens"]
+if cj["choices"][0]["finish_reason"] == "stop":
+    json.loads(cj["choices"][0]["text"])  # raises: the test fails
+if st["ConstraintRequests"] != 1:
+    bad.append(f"ConstraintRequests {st['ConstraintRequests']} != 1")
+if not st["ConstraintMasks"] >= ntok >= 1:
+    bad.append(f"ConstraintMasks {st['ConstraintMasks']} < {ntok} tokens sampled under the constraint")
+if not (st["ConstraintMaskUSec"] > 0 and st["ConstraintCompileUSec"] > 0):
+    bad.append("constraint times are zero")
 if samples.get(("pagoda_bus_up", "")) != 1:
     bad.append("pagoda_bus_up is not 1")
 if not st["SpecDraftedTokens"] > 0:
     bad.append("no drafts: the speculation counters were not exercised")
 if not st["OffloadSlotsTotal"] > 0:
     bad.append("the tier has no slots")
-if not samples.get(("pagoda_requests_finished_total", "")) == 3:
-    bad.append("pagoda_requests_finished_total is not 3")
+if not samples.get(("pagoda_requests_finished_total", "")) == 4:
+    bad.append("pagoda_requests_finished_total is not 4")
 if bad:
     sys.exit("; ".join(bad))
 PY

@@ -19,8 +19,9 @@
 #define IFACE "org.pagoda.Daemon1"
 #define CALL_USEC 2000000ull
 
-#define C(key, name, labels, help) { key, name, "counter", labels, help }
-#define G(key, name, labels, help) { key, name, "gauge", labels, help }
+#define C(key, name, labels, help) { key, name, "counter", labels, help, 0 }
+#define S(key, name, help) { key, name, "counter", "", help, 1e-6 } /* USec read, seconds shown */
+#define G(key, name, labels, help) { key, name, "gauge", labels, help, 0 }
 const struct gw_bus_metric gw_bus_metrics[GW_BUS_N] = {
 	C("OffloadBytesIn", "pagoda_offload_read_bytes_total", "", "Bytes read back from the NVMe tier."),
 	C("OffloadBytesOut", "pagoda_offload_written_bytes_total", "", "Bytes written to the NVMe tier."),
@@ -44,6 +45,15 @@ const struct gw_bus_metric gw_bus_metrics[GW_BUS_N] = {
 	C("PrefillTokens", "pagoda_prefill_tokens_total", "", "Positions computed in prefill (recomputes too)."),
 	C("DecodeTokens", "pagoda_decode_tokens_total", "", "Positions computed one at a time."),
 	C("Steps", "pagoda_steps_total", "", "Engine steps that ran a forward pass."),
+	C("ConstraintRequests", "pagoda_constraint_requests_total", "",
+	  "Requests with a structured-output constraint (JSON Schema, regex, grammar)."),
+	S("ConstraintCompileUSec", "pagoda_constraint_compile_seconds_total",
+	  "Time compiling constraints (cache hits too)."),
+	C("ConstraintMasks", "pagoda_constraint_masks_total", "", "Token masks computed for constrained requests."),
+	S("ConstraintMaskUSec", "pagoda_constraint_mask_seconds_total",
+	  "CPU time computing token masks, every thread's."),
+	S("ConstraintWaitUSec", "pagoda_constraint_wait_seconds_total",
+	  "Time the engine spent on masks after forward passes (what slows decoding)."),
 };
 
 struct gw_bus {
@@ -115,6 +125,8 @@ static int read_vals(sd_bus_message *m, struct gw_bus_vals *v)
 			r = sd_bus_message_skip(m, "v");
 		if (r >= 0 && (c == 't' || c == 'u' || c == 'd')) {
 			v->v[i] = c == 't' ? (double)t : c == 'u' ? (double)u : d;
+			if (gw_bus_metrics[i].scale)
+				v->v[i] *= gw_bus_metrics[i].scale;
 			v->have[i] = true;
 		}
 		if (r >= 0)

@@ -125,8 +125,9 @@ int gw_wake_wait(struct gw_wake *w, uint64_t seen, int timeout_ms);
 struct gw_bus_metric {
 	const char *key;     /* the D-Bus name (Stats() key or property) */
 	const char *name, *type, *labels, *help; /* help NULL: as the row before */
+	double scale; /* the value times this (0: as read) */
 };
-#define GW_BUS_N 20
+#define GW_BUS_N 25
 extern const struct gw_bus_metric gw_bus_metrics[GW_BUS_N];
 struct gw_bus_vals {
 	bool up;             /* the daemon answered on the bus */

@@ -182,8 +182,8 @@ static void hist_out(struct out *o, const struct hist *h)
  * samples (the offload errors one per kind). */
 static void bus_out(struct out *o, const struct gw_bus_vals *bv)
 {
-	metric(o, "gauge", "pagoda_bus_up", "1 when pagodad answered on D-Bus (the pagoda_offload_*, pagoda_spec_* "
-	       "and step counters come from there).", bv->up);
+	metric(o, "gauge", "pagoda_bus_up", "1 when pagodad answered on D-Bus (the pagoda_offload_*, pagoda_spec_*, "
+	       "pagoda_constraint_* and step counters come from there).", bv->up);
 	const char *last = "";
 	for (int i = 0; i < GW_BUS_N; i++) {
 		const struct gw_bus_metric *m = &gw_bus_metrics[i];
