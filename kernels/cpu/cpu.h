@@ -129,6 +129,14 @@ void pg_q8_0_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 void pg_gemv8_q8_0_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
 				size_t bs);
 
+/* Q4_1 and Q5_1 on 512-bit vectors (q4_1_avx512.c): Q8_1 rows in pairs. */
+size_t pg_q8_1_pair_bytes_avx512(int64_t k);
+void pg_q8_1_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t pstride);
+void pg_gemv8_q4_1_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+				size_t bs);
+void pg_gemv8_q5_1_pairs_avx512(int64_t k, const void *w, size_t bw, const void *x, size_t bx, int nr, float *s,
+				size_t bs);
+
 /* Q8_0 on AVX2 without VNNI (q8_0_avx2.c): rows in quads, scales as floats. */
 size_t pg_q8_0_quad_bytes_avx2(int64_t k);
 void pg_q8_0_pack_quads_avx2(const void *xq, size_t xrow, int64_t m, int64_t k, void *dst, size_t qstride);

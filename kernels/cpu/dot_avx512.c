@@ -385,6 +385,17 @@ static const struct pg_act_pack q8_0_pairs = {
 	.gemv8 = pg_gemv8_q8_0_pairs_avx512,
 };
 
+/* Two or more activation rows of Q8_1 (Q4_1, Q5_1 weights): likewise. */
+#define Q8_1_PAIRS(NAME, GEMV8)                              \
+	static const struct pg_act_pack NAME = {             \
+		.rows = 2,                                   \
+		.unit_bytes = pg_q8_1_pair_bytes_avx512,     \
+		.pack = pg_q8_1_pack_pairs_avx512,           \
+		.gemv8 = GEMV8,                              \
+	};
+Q8_1_PAIRS(q4_1_pairs, pg_gemv8_q4_1_pairs_avx512)
+Q8_1_PAIRS(q5_1_pairs, pg_gemv8_q5_1_pairs_avx512)
+
 const struct pg_kern pg_kern_avx512 = {
 	.name = "avx512",
 	.gemv = {
@@ -437,6 +448,8 @@ const struct pg_kern pg_kern_avx512 = {
 	},
 	.act_pack = {
 		[PG_TYPE_Q8_0] = &q8_0_pairs,
+		[PG_TYPE_Q4_1] = &q4_1_pairs,
+		[PG_TYPE_Q5_1] = &q5_1_pairs,
 		[PG_TYPE_Q2_K] = &q2_K_pairs,
 		[PG_TYPE_Q3_K] = &q3_K_pairs,
 		[PG_TYPE_Q5_K] = &q5_K_pairs,
