@@ -18,11 +18,7 @@ cleanup() {
 	rm -rf "$D"
 }
 trap cleanup EXIT
-dbus-daemon --session --fork --nopidfile --print-address=3 --print-pid=4 3>"$D/addr" 4>"$D/bpid" 2>/dev/null ||
-	{ echo "SKIP: cannot start a private dbus-daemon" >&2; exit 77; }
-BP=$(cat "$D/bpid")
-DBUS_SESSION_BUS_ADDRESS=$(head -1 "$D/addr")
-export DBUS_SESSION_BUS_ADDRESS
+private_session_bus "$D"
 # no system bus here, or not this daemon on it: --system fails, auto finds the session one
 DBUS_SYSTEM_BUS_ADDRESS=unix:path=$D/no-system-bus
 export DBUS_SYSTEM_BUS_ADDRESS

@@ -13,13 +13,7 @@ M=$T/models/stories260K.gguf
 for b in pagodad pagoda pagoda-gateway; do [ -x "$B/$b" ] || { echo "SKIP: $B/$b not built" >&2; exit 77; }; done
 command -v dbus-daemon >/dev/null && command -v busctl >/dev/null ||
 	{ echo "SKIP: dbus-daemon or busctl not installed" >&2; exit 77; }
-PY=$B/py-gateway
-export PYTHONPATH="$PY${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
-if ! python3 -c 'import prometheus_client' 2>/dev/null; then
-	python3 -m pip install -q --disable-pip-version-check --target "$PY" 'openai==1.109.1' \
-		'prometheus_client==0.23.1' >"$B/py-gateway.log" 2>&1 ||
-		{ echo "SKIP: pip could not install prometheus_client (PyPI unreachable?)" >&2; exit 77; }
-fi
+gateway_python
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-gwbus-XXXXXX")
 DP= GP= BP=
 cleanup() {
@@ -30,12 +24,9 @@ cleanup() {
 	rm -rf "$D"
 }
 trap cleanup EXIT
-dbus-daemon --session --fork --nopidfile --print-address=3 --print-pid=4 3>"$D/addr" 4>"$D/bpid" 2>/dev/null ||
-	{ echo "SKIP: cannot start a private dbus-daemon" >&2; exit 77; }
-BP=$(cat "$D/bpid")
-DBUS_SESSION_BUS_ADDRESS=$(head -1 "$D/addr")
+private_session_bus "$D"
 DBUS_SYSTEM_BUS_ADDRESS=unix:path=$D/no-system-bus
-export DBUS_SESSION_BUS_ADDRESS DBUS_SYSTEM_BUS_ADDRESS
+export DBUS_SYSTEM_BUS_ADDRESS
 
 mkdir "$D/tier"
 "$B/pagodad" --model "$M" --socket "$D/s.sock" --threads 2 --bus session --speculative ngram \

@@ -13,13 +13,7 @@ if ! M=$(sh tools/fetch-smollm2.sh); then
 	echo "SKIP: SmolLM2-135M-Instruct not available (PyPI unreachable?)" >&2
 	exit 77
 fi
-PY=$B/py-gateway
-export PYTHONPATH="$PY${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
-if ! python3 -c 'import openai, prometheus_client' 2>/dev/null; then
-	python3 -m pip install -q --disable-pip-version-check --target "$PY" 'openai==1.109.1' \
-		'prometheus_client==0.23.1' >"$B/py-gateway.log" 2>&1 ||
-		{ echo "SKIP: pip could not install openai, prometheus_client (PyPI unreachable?)" >&2; exit 77; }
-fi
+gateway_python
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-gw-XXXXXX")
 S=$D/s.sock
 DP= GP=

@@ -79,3 +79,25 @@ start_pagodad() {
 		sleep 0.05
 	done
 }
+
+# private_session_bus DIR: a dbus-daemon of its own as the session bus
+# (DBUS_SESSION_BUS_ADDRESS exported, its pid in BP, for the caller's
+# cleanup to kill); exits 77 when none can start.
+private_session_bus() {
+	dbus-daemon --session --fork --nopidfile --print-address=3 --print-pid=4 3>"$1/addr" 4>"$1/bpid" \
+		2>/dev/null || { echo "SKIP: cannot start a private dbus-daemon" >&2; exit 77; }
+	BP=$(cat "$1/bpid")
+	DBUS_SESSION_BUS_ADDRESS=$(head -1 "$1/addr")
+	export DBUS_SESSION_BUS_ADDRESS
+}
+
+# gateway_python: the openai SDK and prometheus_client on PYTHONPATH,
+# installed from PyPI once into $B/py-gateway; exits 77 when pip cannot.
+gateway_python() {
+	PY=$B/py-gateway
+	export PYTHONPATH="$PY${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
+	python3 -c 'import openai, prometheus_client' 2>/dev/null && return 0
+	python3 -m pip install -q --disable-pip-version-check --target "$PY" 'openai==1.109.1' \
+		'prometheus_client==0.23.1' >"$B/py-gateway.log" 2>&1 ||
+		{ echo "SKIP: pip could not install openai, prometheus_client (PyPI unreachable?)" >&2; exit 77; }
+}

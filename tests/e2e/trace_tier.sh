@@ -34,11 +34,7 @@ cleanup() {
 	rm -rf "$D"
 }
 trap cleanup EXIT
-dbus-daemon --session --fork --nopidfile --print-address=3 --print-pid=4 3>"$D/addr" 4>"$D/bpid" 2>/dev/null ||
-	{ echo "SKIP: cannot start a private dbus-daemon" >&2; exit 77; }
-BP=$(cat "$D/bpid")
-DBUS_SESSION_BUS_ADDRESS=$(head -1 "$D/addr")
-export DBUS_SESSION_BUS_ADDRESS
+private_session_bus "$D"
 
 M=$D/tiny.gguf
 "$B/pagoda-mkmodel" -o "$M" --ctx 4096 --type Q8_0 -q 2>/dev/null
