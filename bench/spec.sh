@@ -22,16 +22,7 @@ MODEL=${MODEL:-$(sh tools/fetch-smollm2.sh)}
 D=$(mktemp -d "${TMPDIR:-/tmp}/pagoda-specbench-XXXXXX")
 trap 'rm -rf "$D"' EXIT
 
-# ChatML, as SmolLM2-135M-Instruct's template renders one user turn
-chat() { printf '<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n' "$1"; }
-chat "Rewrite the paragraph below exactly as it is, word for word, but write \"dog\" where it says \"cat\".
-
-The old cat slept on the warm stones by the river every afternoon. When the sun went down, the cat walked \
-home along the narrow path between the fields, past the mill and the bakery, where the baker always left a \
-small bowl of milk by the door. The children of the village knew the cat by name and called to it from the \
-windows, and the cat, who liked the attention, would stop and sit in the road until every child had seen it. \
-In winter the cat stayed by the stove in the bakery, and the baker said it was the best worker he had ever had." >"$D/edit"
-chat "Write a long story about a dragon who wants to learn to sing." >"$D/story"
+. bench/spec_prompts.sh
 
 # one run: "decode_tok_per_s acceptance tokens_per_pass"
 one() { # prompt-file model spec-args...

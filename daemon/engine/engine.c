@@ -1296,7 +1296,7 @@ static void propose_drafts(struct engine *e)
 				continue;
 			e->asks[n] = (struct spec_ask){
 				.state = s->dstate, .tokens = s->tokens, .n_tokens = s->n_tokens, .max = k,
-				.sampling = &s->req->sampling, .out = s->drafts, .q = s->q,
+				.sampling = &s->req->sampling, .out = s->drafts, .q = s->q, .stood = s->pace.stood,
 			};
 			e->ask_seq[n++] = s;
 			budget -= k;

@@ -27,6 +27,7 @@ struct spec_ask {
 	const int32_t *tokens;   /* the sequence: prompt, then generated */
 	int n_tokens;
 	int max;                 /* 1 .. ENGINE_DRAFT_MAX */
+	bool stood;              /* every draft of its last verified pass stood */
 	const struct sampling *sampling; /* the request's; temp 0: greedy */
 	int32_t *out;            /* [max]: the drafts */
 	/* [max][n_vocab]: the distribution each draft was drawn from, filled
@@ -58,13 +59,15 @@ struct spec_drafter {
 /* Prompt lookup: the longest recent n-gram (SPEC_NGRAM_MAX down to
  * SPEC_NGRAM_MIN tokens) ending the sequence that occurred earlier in it
  * proposes the tokens that followed that occurrence, at most half as many
- * as the tokens before them that agree with the sequence's end. */
+ * as the tokens before them that agree with the sequence's end (as many
+ * when stood: the sequence's last drafts all stood), and none past where
+ * the occurrence before that one went on otherwise. */
 #define SPEC_NGRAM_MAX 4
 #define SPEC_NGRAM_MIN 2
 int spec_ngram_create(struct spec_drafter **out);
 
 /* The same search, for tests and benches: up to max tokens into out. */
-int spec_ngram_lookup(const int32_t *tokens, int n, int max, int32_t *out);
+int spec_ngram_lookup(const int32_t *tokens, int n, int max, bool stood, int32_t *out);
 
 struct spec_draft_opts {
 	const char *path;              /* the draft GGUF */
@@ -98,6 +101,7 @@ struct spec_pace {
 	int k;        /* the next draft's length */
 	int misses;   /* passes in a row that accepted nothing (spec_rule.c: MISS) */
 	bool hit;     /* a draft has stood */
+	bool stood;   /* every draft of the last pass that verified some stood */
 	int pause;    /* passes left without drafting */
 	int pause_len;
 };

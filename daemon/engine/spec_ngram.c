@@ -13,8 +13,12 @@
  * itself, so a repeating stretch proposes its continuation. The proposal
  * is at most half as long as the stretch that matched there (the tail,
  * followed back while the two agree): a long match is a copy under way,
- * a short one often chance, and every draft that falls costs a row. */
-int spec_ngram_lookup(const int32_t *tokens, int n, int max, int32_t *out)
+ * a short one often chance, and every draft that falls costs a row. While
+ * the sequence's last drafts all stood (stood), a copy is under way and
+ * the whole stretch may be proposed, so it regrows at once after an edit.
+ * It stops where the occurrence of the tail before this one went on
+ * otherwise: the sequence took both ways there, a guess either way. */
+int spec_ngram_lookup(const int32_t *tokens, int n, int max, bool stood, int32_t *out)
 {
 	for (int g = n - 1 < SPEC_NGRAM_MAX ? n - 1 : SPEC_NGRAM_MAX; g >= SPEC_NGRAM_MIN; g--) {
 		const int32_t *tail = tokens + n - g;
@@ -25,11 +29,21 @@ int spec_ngram_lookup(const int32_t *tokens, int n, int max, int32_t *out)
 			while (len < 2 * ENGINE_DRAFT_MAX && i + g - len > 0 &&
 			       tokens[i + g - len - 1] == tokens[n - len - 1])
 				len++;
-			if (max > len / 2)
-				max = len / 2;
+			if (max > (stood ? len : len / 2))
+				max = stood ? len : len / 2;
 			int from = i + g;
 			for (int c = 0; c < max; c++, from++)
 				out[c] = from < n ? tokens[from] : out[from - n];
+			for (int j = i - 1; j >= 0; j--) {
+				if (tokens[j] != tail[0] || memcmp(tokens + j, tail, g * sizeof *tokens))
+					continue;
+				int c = 0;
+				while (c < max && j + g + c < n && tokens[j + g + c] == out[c])
+					c++;
+				if (c < max && j + g + c < n)
+					max = c;
+				break;
+			}
 			return max;
 		}
 	}
@@ -49,7 +63,8 @@ static void ngram_close(struct spec_drafter *d, void *state)
 static void ngram_propose(struct spec_drafter *d, struct spec_ask *asks, int n)
 {
 	for (int i = 0; i < n; i++)
-		asks[i].n_out = spec_ngram_lookup(asks[i].tokens, asks[i].n_tokens, asks[i].max, asks[i].out);
+		asks[i].n_out = spec_ngram_lookup(asks[i].tokens, asks[i].n_tokens, asks[i].max, asks[i].stood,
+						   asks[i].out);
 }
 
 static void ngram_destroy(struct spec_drafter *d)

@@ -100,6 +100,8 @@ void spec_pace_update(struct spec_pace *p, int k, int acc)
 {
 	if (k < 0)
 		return;
+	if (k > 0)
+		p->stood = acc == k;
 	if (k > 0 && acc == k) {
 		int base = p->k > k ? p->k : k;
 		p->k = base + 2 < p->max ? base + 2 : p->max;

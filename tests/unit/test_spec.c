@@ -996,24 +996,38 @@ START_TEST(test_ngram_lookup)
 	const int32_t a[] = { 11, 12, 13, 14, 5, 6, 7, 8, 9, 1, 2, 11, 12, 13, 14, 5, 6, 7 };
 	/* "14 5 6 7" occurred at 3, and the 7 tokens that end the sequence
 	 * agree with those there: 3 of what followed */
-	ck_assert_int_eq(spec_ngram_lookup(a, 18, 8, out), 3);
+	ck_assert_int_eq(spec_ngram_lookup(a, 18, 8, false, out), 3);
 	ck_assert(out[0] == 8 && out[1] == 9 && out[2] == 1);
-	ck_assert_int_eq(spec_ngram_lookup(a, 18, 2, out), 2);
-	/* only "5 6 7" agrees: one */
-	ck_assert_int_eq(spec_ngram_lookup(a + 4, 14, 8, out), 1);
+	ck_assert_int_eq(spec_ngram_lookup(a, 18, 2, false, out), 2);
+	/* while the last drafts stood: all 7 */
+	ck_assert_int_eq(spec_ngram_lookup(a, 18, 8, true, out), 7);
+	ck_assert(out[0] == 8 && out[3] == 2 && out[6] == 13);
+	ck_assert_int_eq(spec_ngram_lookup(a, 18, 5, true, out), 5);
+	/* only "5 6 7" agrees: one, or three */
+	ck_assert_int_eq(spec_ngram_lookup(a + 4, 14, 8, false, out), 1);
 	ck_assert_int_eq(out[0], 8);
+	ck_assert_int_eq(spec_ngram_lookup(a + 4, 14, 8, true, out), 3);
 	/* a repeating stretch proposes its continuation past the end */
 	const int32_t b[] = { 3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3, 4 };
-	ck_assert_int_eq(spec_ngram_lookup(b, 12, 5, out), 5);
+	ck_assert_int_eq(spec_ngram_lookup(b, 12, 5, false, out), 5);
 	ck_assert(out[0] == 3 && out[1] == 4 && out[2] == 3 && out[3] == 4 && out[4] == 3);
-	/* the latest occurrence wins */
-	const int32_t c[] = { 1, 2, 10, 1, 2, 20, 1, 2 };
-	ck_assert_int_eq(spec_ngram_lookup(c, 8, 1, out), 1);
-	ck_assert_int_eq(out[0], 20);
+	/* the latest occurrence proposes, up to where the one before it went
+	 * on otherwise: "1 2" was followed by 7 10, then by 7 20 */
+	const int32_t c[] = { 1, 2, 7, 10, 1, 2, 7, 20, 1, 2 };
+	ck_assert_int_eq(spec_ngram_lookup(c, 10, 8, true, out), 1);
+	ck_assert_int_eq(out[0], 7);
+	/* without the one before, both */
+	ck_assert_int_eq(spec_ngram_lookup(c + 3, 7, 8, true, out), 2);
+	ck_assert(out[0] == 7 && out[1] == 20);
+	/* ... and where they part at once: none */
+	const int32_t e[] = { 1, 2, 10, 1, 2, 20, 1, 2 };
+	ck_assert_int_eq(spec_ngram_lookup(e, 8, 8, true, out), 0);
+	ck_assert_int_eq(spec_ngram_lookup(e + 1, 7, 8, true, out), 2);
+	ck_assert(out[0] == 20 && out[1] == 1);
 	/* nothing repeats: no draft; too short: none */
 	const int32_t d[] = { 1, 2, 3, 4, 5 };
-	ck_assert_int_eq(spec_ngram_lookup(d, 5, 4, out), 0);
-	ck_assert_int_eq(spec_ngram_lookup(d, 1, 4, out), 0);
+	ck_assert_int_eq(spec_ngram_lookup(d, 5, 4, true, out), 0);
+	ck_assert_int_eq(spec_ngram_lookup(d, 1, 4, true, out), 0);
 }
 END_TEST
 
@@ -1064,6 +1078,18 @@ START_TEST(test_pace)
 	ck_assert_int_eq(spec_pace_want(&p), 4);
 	spec_pace_update(&p, 0, 0);
 	ck_assert_int_eq(p.pause, 8);
+	/* stood: every draft of the last pass that verified some stood (prompt
+	 * lookup then proposes the whole matched stretch) */
+	spec_pace_init(&p, 8);
+	ck_assert(!p.stood);
+	spec_pace_update(&p, 4, 4);
+	ck_assert(p.stood);
+	spec_pace_update(&p, 0, 0);
+	ck_assert(p.stood);
+	spec_pace_update(&p, 6, 5);
+	ck_assert(!p.stood);
+	spec_pace_update(&p, 6, 6);
+	ck_assert(p.stood);
 }
 END_TEST
 
