@@ -1046,6 +1046,16 @@ static void remove_and_fail(struct engine *e, struct seq *s, const char *msg)
 	remove_and_end(e, s, FINISH_ERROR, ENGINE_ERR_INVALID, msg);
 }
 
+/* The drafts worth verifying: none past an end-of-generation token, which
+ * ends the request where it stands. */
+static int drafts_to_eog(const struct engine *e, const struct seq *s, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (tok_is_eog(e->m->tok, s->drafts[i]))
+			return i + 1;
+	return n;
+}
+
 /* The drafts a constrained sequence may verify: the prefix its grammar
  * allows, ending before an end-of-generation token. */
 static int allowed_drafts(struct engine *e, struct seq *s, int n)
@@ -1307,6 +1317,7 @@ static void propose_drafts(struct engine *e)
 		for (int i = 0; i < n; i++) {
 			int got = e->asks[i].n_out;
 			e->ask_seq[i]->n_draft = got < 0 ? 0 : got > e->asks[i].max ? e->asks[i].max : got;
+			e->ask_seq[i]->n_draft = drafts_to_eog(e, e->ask_seq[i], e->ask_seq[i]->n_draft);
 			if (e->ask_seq[i]->gm && e->ask_seq[i]->n_draft)
 				e->ask_seq[i]->n_draft = allowed_drafts(e, e->ask_seq[i], e->ask_seq[i]->n_draft);
 			total += e->ask_seq[i]->n_draft;

@@ -95,8 +95,10 @@ static struct engine *make_at(const char *rel, struct engine_opts o)
 /* ---- drafters of the test's own ----------------------------------------------
  * They know each request's solo output: the oracle proposes it (and the
  * end-of-text token where the output ended there), junk proposes noise,
- * half proposes the truth with one token spoiled. */
-enum { ORACLE, JUNK, HALF, EMPTY };
+ * half proposes the truth with one token spoiled, eos-first the end-of-text
+ * token, then noise. */
+enum { ORACLE, JUNK, HALF, EMPTY, EOS_FIRST };
+static int32_t eos_id; /* stories260K's, once run_solo ran */
 
 #define N_REQ 32
 struct truth {
@@ -147,10 +149,12 @@ static void td_propose(struct spec_drafter *base, struct spec_ask *asks, int n)
 				want = d->truth->seq[j] + a->n_tokens;
 				have = d->truth->len[j] - a->n_tokens;
 			}
+		if (d->mode == EOS_FIRST)
+			a->out[a->n_out++] = eos_id;
 		int spoil = d->mode == HALF ? (int)(lcg(&d->rng) % a->max) : -1;
-		for (int k = 0; k < a->max; k++) {
+		for (int k = a->n_out; k < a->max; k++) {
 			int32_t t = (int32_t)(lcg(&d->rng) % d->n_vocab);
-			if (d->mode != JUNK && k < have && k != spoil)
+			if ((d->mode == ORACLE || d->mode == HALF) && k < have && k != spoil)
 				t = want[k];
 			else if (t == (k < have ? want[k] : -1))
 				t = (t + 1) % d->n_vocab; /* wrong for sure */
@@ -409,7 +413,7 @@ static void run_solo(void)
 	if (!e)
 		return;
 	n_vocab = tok_n_vocab(engine_tokenizer(e));
-	int32_t eos = tok_eos(engine_tokenizer(e));
+	int32_t eos = eos_id = tok_eos(engine_tokenizer(e));
 	make_workload();
 	for (int i = 0; i < N_REQ; i++) {
 		struct engine_req r;
@@ -556,6 +560,41 @@ START_TEST(test_oracle_drafts)
 	ck_assert_uint_ge(run_a.st.spec_accepted * 10, run_a.st.spec_drafted * 9);
 	ck_assert_msg(run_a.st.spec_tokens > 2 * run_a.st.spec_passes, "%llu tokens in %llu passes",
 		      (unsigned long long)run_a.st.spec_tokens, (unsigned long long)run_a.st.spec_passes);
+}
+END_TEST
+
+/* Drafts past the end-of-text token are never verified (it ends the
+ * request where it stands): a drafter that proposes it first, then noise,
+ * has one draft verified a pass, as one asked for one draft of noise. */
+START_TEST(test_no_draft_past_eos)
+{
+	run_solo();
+	if (!n_vocab)
+		return;
+	int32_t drafted[2][N_REQ];
+	for (int mode = 0; mode < 2; mode++) {
+		struct test_drafter td;
+		td_init(&td, mode ? EOS_FIRST : JUNK, n_vocab, &truth);
+		struct engine *e = make_at("models/stories260K.gguf", (struct engine_opts){ .drafter = &td.base });
+		for (int i = 0; i < N_REQ; i++) {
+			struct engine_req r;
+			struct out res;
+			init_req(&r, &res, i, prompts[i], plen[i], pmax[i], ENGINE_SPEC_DRAFT);
+			r.draft_max = mode ? 0 : 1;
+			ck_assert_int_eq(engine_submit(e, &r), 0);
+			drain(e);
+			ck_assert(res.done);
+			ck_assert_int_eq(res.n, solo[i].n);
+			ck_assert_int_eq(res.t.n_accepted, 0);
+			drafted[mode][i] = res.t.n_drafted;
+		}
+		engine_destroy(e);
+	}
+	for (int i = 0; i < N_REQ; i++) {
+		ck_assert_int_gt(drafted[0][i], 0);
+		ck_assert_msg(drafted[1][i] == drafted[0][i], "request %d: %d drafts verified, not %d", i,
+			      drafted[1][i], drafted[0][i]);
+	}
 }
 END_TEST
 
@@ -1116,6 +1155,7 @@ int main(void)
 	tcase_add_test(tc, test_concurrent_draft_model);
 	tcase_add_test(tc, test_concurrent_draft_model_preemption);
 	tcase_add_test(tc, test_oracle_drafts);
+	tcase_add_test(tc, test_no_draft_past_eos);
 	tcase_add_test(tc, test_half_right_drafts);
 	tcase_add_test(tc, test_junk_drafts_roll_back);
 	tcase_add_test(tc, test_rejected_never_cached);
