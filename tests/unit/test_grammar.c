@@ -419,6 +419,10 @@ START_TEST(test_fast_masks_equal_plain_walk)
 		  "\"tag\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"name\"],\"additionalProperties\":false}}",
 		  "[{\"name\":\"Ann Lee\",\"tag\":\"a\"},{\"name\":\"Bob\"},{\"name\":\"Bob\"},{\"name\":\"\xc3\xa9\"}]" },
 		{ "{\"type\":\"string\",\"maxLength\":12}", "\"twelve chars\"" },
+		/* a count (blocks of the repetition) that runs out inside the text */
+		{ "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":30,\"maxLength\":90}}",
+		  "[\"The quick brown fox jumps over the lazy dog, caf\xc3\xa9 \\\"quoted\\\" and then some more words here.\","
+		  "\"                                                                                          \"]" },
 		{ "{\"type\":\"string\",\"pattern\":\"^[a-z]+-[0-9]+$\"}", "\"abc-123\"" },
 		{ "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date-time\"},"
 		  "\"n\":{\"type\":\"number\"}}}", "{\"d\":\"2024-01-02T03:04:05Z\",\"n\":-1.5e3}" },
