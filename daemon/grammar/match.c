@@ -591,13 +591,15 @@ static void byte_reps(const struct gm_matcher *m, uint8_t *rep)
 		}
 		terms[nt++] = t;
 	}
-	uint64_t seen[256];
+	uint64_t sig[256] = { 0 }, seen[256];
+	for (int i = 0; i < nt; i++)
+		for (int wd = 0; wd < 4; wd++)
+			for (uint64_t bits = terms[i][wd]; bits; bits &= bits - 1)
+				sig[wd * 64 + __builtin_ctzll(bits)] |= 1ull << i;
 	int n_seen = 0;
 	uint8_t first[256];
 	for (int b = 0; b < 256; b++) {
-		uint64_t x = 0;
-		for (int i = 0; i < nt; i++)
-			x |= (terms[i][b >> 6] >> (b & 63) & 1) << i;
+		uint64_t x = sig[b];
 		int k = 0;
 		while (k < n_seen && seen[k] != x)
 			k++;
@@ -883,6 +885,9 @@ static int run_of(struct walk *w, size_t d, int max)
 			uint32_t next = intern(m, w->c, w->base + d + 1, w->base, w->path);
 			if (next != ST_DEAD && !m->oom) {
 				w->path[d + 1] = next;
+				/* after an opening quote the next state often loops */
+				if (w->c->st[next].loop == LOOP_UNKNOWN && w->c->st[next].run == RUN_UNKNOWN)
+					loop_check(w, d + 1);
 				run = 1 + run_of(w, d + 1, max - 1);
 			}
 			pop(m);
