@@ -27,6 +27,7 @@ struct st {
 	uint8_t loop;    /* deeper than a root: loops on string characters */
 	uint8_t run;     /* takes at least this many string characters, each to
 			  * one state whatever it is (a count), RUN_UNKNOWN */
+	bool one;        /* known to take every string character to one state */
 	uint8_t rloop;   /* as a root: root_check's verdict */
 	uint32_t s1, s2; /* rloop LOOP_YES: the states after one, two characters */
 	uint32_t grp;    /* offset of its bytes' representatives in stc.grp, GRP_NONE */
@@ -439,6 +440,7 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 	st->n = 0;
 	st->loop = LOOP_UNKNOWN;
 	st->run = RUN_UNKNOWN;
+	st->one = false;
 	st->grp = GRP_NONE;
 	st->misses = 0;
 	st->rloop = LOOP_UNKNOWN;
@@ -859,6 +861,7 @@ static void loop_check(struct walk *w, size_t d)
 	free(l.tmp);
 	struct st *st = &w->c->st[w->path[d]];
 	st->loop = ok ? LOOP_YES : LOOP_NO;
+	st->one = one;
 	if (!one)
 		st->run = 0;
 }
@@ -877,10 +880,13 @@ static int run_of(struct walk *w, size_t d, int max)
 		return st->run < max ? st->run : max;
 	int run = 0;
 	if (max > 0 && d + 2 < sizeof w->path / sizeof *w->path) {
-		struct loop l = { .m = m, .base = w->base + d };
-		bool ok = chars_ok(&l);
-		free(l.want);
-		free(l.tmp);
+		bool ok = st->one;
+		if (!ok) {
+			struct loop l = { .m = m, .base = w->base + d };
+			ok = chars_ok(&l);
+			free(l.want);
+			free(l.tmp);
+		}
 		if (ok && push(m, gm_shapes[0].lo[0])) {
 			uint32_t next = intern(m, w->c, w->base + d + 1, w->base, w->path);
 			if (next != ST_DEAD && !m->oom) {
