@@ -69,6 +69,7 @@ struct gm_vocab {
 	 * only (from the node's depth). NULL: not built. */
 	uint32_t *sub_end;
 	uint8_t *plain_below;
+	uint8_t *height; /* the longest token below a node, in bytes past it (255: more) */
 };
 
 /* The characters a JSON string holds raw (all but '"', '\\' and controls),

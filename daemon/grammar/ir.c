@@ -171,6 +171,51 @@ int32_t gmb_lit(struct gm_b *b, const char *s, size_t n)
 	return r;
 }
 
+/* sym repeated 0..n times. A plain right-recursive chain (O_k -> eps |
+ * sym O_k-1) leaves one completed item per repetition read in every
+ * later Earley set, since each tail is nullable: sets grow with the
+ * count. Above REP_CHAIN the count is split in blocks of about sqrt(n):
+ * T_i -> P | F T_i-1, with P up to a block less one and F a whole block
+ * (flat), so a set holds about 2 sqrt(n) such items (less, since P is
+ * split the same way). */
+#define REP_CHAIN 16
+
+static int32_t rep_upto(struct gm_b *b, int32_t sym, long n)
+{
+	int32_t tail;
+	if (n <= REP_CHAIN) {
+		tail = gmb_eps(b);
+		for (long k = 0; k < n && !b->failed; k++) {
+			int32_t o = gmb_nt(b), two[2] = { sym, tail };
+			gmb_prod(b, o, NULL, 0);
+			gmb_prod(b, o, two, 2);
+			tail = o;
+		}
+		return tail;
+	}
+	long bs = 1;
+	while (bs * bs < n)
+		bs++;
+	int32_t *v = malloc(bs * sizeof *v);
+	if (!v) {
+		gmb_fail(b, "out of memory");
+		return 0;
+	}
+	for (long i = 0; i < bs; i++)
+		v[i] = sym;
+	int32_t whole = gmb_seq(b, v, (int)bs);
+	free(v);
+	int32_t part = rep_upto(b, sym, bs - 1);
+	tail = rep_upto(b, sym, n % bs);
+	for (long i = n / bs; i > 0 && !b->failed; i--) {
+		int32_t t = gmb_nt(b), two[2] = { whole, tail };
+		gmb_prod(b, t, &part, 1);
+		gmb_prod(b, t, two, 2);
+		tail = t;
+	}
+	return tail;
+}
+
 /* Unbounded repetition is left-recursive (S -> S x | eps): Earley then
  * keeps a constant number of items per byte, where right recursion would
  * grow them with the length. */
@@ -190,13 +235,7 @@ int32_t gmb_rep(struct gm_b *b, int32_t sym, long min, long max)
 		gmb_prod(b, tail, NULL, 0);
 		gmb_prod(b, tail, two, 2);
 	} else {
-		tail = gmb_eps(b); /* O_0 */
-		for (long k = min; k < max && !b->failed; k++) {
-			int32_t o = gmb_nt(b), two[2] = { sym, tail };
-			gmb_prod(b, o, NULL, 0);
-			gmb_prod(b, o, two, 2);
-			tail = o;
-		}
+		tail = rep_upto(b, sym, max - min);
 	}
 	if (min == 0)
 		return tail;

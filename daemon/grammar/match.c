@@ -25,10 +25,19 @@ struct st {
 	uint64_t ok[4];
 	uint64_t hash;
 	uint8_t loop;    /* deeper than a root: loops on string characters */
+	uint8_t run;     /* takes at least this many string characters, each to
+			  * one state whatever it is (a count), RUN_UNKNOWN */
+	bool one;        /* known to take every string character to one state */
 	uint8_t rloop;   /* as a root: root_check's verdict */
 	uint32_t s1, s2; /* rloop LOOP_YES: the states after one, two characters */
+	uint32_t grp;    /* offset of its bytes' representatives in stc.grp, GRP_NONE */
+	uint8_t misses;  /* transitions built from it, up to 2 */
 	uint64_t exc[4]; /* rloop LOOP_YES: first bytes that do not lead to s1 */
 };
+
+#define GRP_NONE UINT32_MAX
+#define RUN_UNKNOWN 0xFF
+#define RUN_MAX 40 /* the longest run looked for: taller subtrees are walked */
 
 #define MASKS 16
 #define SC_NONE UINT32_MAX
@@ -44,6 +53,8 @@ struct stc {
 	uint64_t *tkey; /* (state << 8 | byte) + 1 */
 	uint32_t *tval;
 	uint32_t tcap, tn;
+	uint8_t *grp; /* per state that has them: 256 bytes, each one's representative */
+	size_t n_grp, cap_grp;
 };
 
 /* Sets by content (below): interned arrays of (pos << 32 | origin code). */
@@ -352,6 +363,7 @@ static void stc_clear(struct stc *c)
 	c->n_items = 0;
 	c->n_st = 0;
 	c->tn = 0;
+	c->n_grp = 0;
 	if (c->index)
 		memset(c->index, 0, c->icap * sizeof *c->index);
 	if (c->tkey)
@@ -366,6 +378,7 @@ static void stc_free(struct stc *c)
 	free(c->index);
 	free(c->tkey);
 	free(c->tval);
+	free(c->grp);
 	memset(c, 0, sizeof *c);
 }
 
@@ -426,6 +439,10 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 	st->off = (uint32_t)c->n_items;
 	st->n = 0;
 	st->loop = LOOP_UNKNOWN;
+	st->run = RUN_UNKNOWN;
+	st->one = false;
+	st->grp = GRP_NONE;
+	st->misses = 0;
 	st->rloop = LOOP_UNKNOWN;
 	memset(st->exc, 0, sizeof st->exc);
 	memset(st->ok, 0, sizeof st->ok);
@@ -460,6 +477,18 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 	c->index[i] = c->n_st + 1;
 	c->n_items += st->n;
 	return c->n_st++;
+}
+
+/* The transition (s, byte) if known, NULL if not. */
+static const uint32_t *tfind(const struct stc *c, uint32_t s, uint8_t byte)
+{
+	if (!c->tcap)
+		return NULL;
+	uint64_t key = ((uint64_t)s << 8 | byte) + 1;
+	uint32_t j = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (c->tcap - 1);
+	while (c->tkey[j] && c->tkey[j] != key)
+		j = (j + 1) & (c->tcap - 1);
+	return c->tkey[j] == key ? &c->tval[j] : NULL;
 }
 
 static uint32_t *tslot(struct gm_matcher *m, struct stc *c, uint32_t s, uint8_t byte, bool *found)
@@ -541,6 +570,76 @@ static bool loops_below(struct walk *w, const struct gm_node *c, size_t d);
 
 static void walk(struct walk *w, const struct gm_node *n, size_t d);
 
+/* Each byte's representative: the first byte scanned by the same items of
+ * the last set (its signature: which of the set's terminals take it). */
+static void byte_reps(const struct gm_matcher *m, uint8_t *rep)
+{
+	const uint64_t *terms[64];
+	int nt = 0;
+	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it; j++) {
+		int32_t sym = m->g->rhs[m->it[j].pos];
+		if (sym >= 0 || sym == GM_END)
+			continue;
+		const uint64_t *t = m->g->terms[GM_TIDX(sym)];
+		int i = 0;
+		while (i < nt && terms[i] != t)
+			i++;
+		if (i < nt)
+			continue;
+		if (nt == 64) {
+			for (int b = 0; b < 256; b++)
+				rep[b] = (uint8_t)b;
+			return;
+		}
+		terms[nt++] = t;
+	}
+	uint64_t sig[256] = { 0 }, seen[256];
+	for (int i = 0; i < nt; i++)
+		for (int wd = 0; wd < 4; wd++)
+			for (uint64_t bits = terms[i][wd]; bits; bits &= bits - 1)
+				sig[wd * 64 + __builtin_ctzll(bits)] |= 1ull << i;
+	int n_seen = 0;
+	uint8_t first[256];
+	for (int b = 0; b < 256; b++) {
+		uint64_t x = sig[b];
+		int k = 0;
+		while (k < n_seen && seen[k] != x)
+			k++;
+		if (k == n_seen) {
+			seen[n_seen] = x;
+			first[n_seen++] = (uint8_t)b;
+		}
+		rep[b] = first[k];
+	}
+}
+
+/* Bytes scanned by the same items of a set lead to the same next set: the
+ * byte whose transition stands for this one from the state at depth d (its
+ * set the last). Worked out from a state's second new transition on. */
+static uint8_t byte_rep(struct walk *w, size_t d, uint8_t byte)
+{
+	struct stc *c = w->c;
+	struct st *st = &c->st[w->path[d]];
+	if (st->grp == GRP_NONE) {
+		if (st->misses < 2) {
+			st->misses++;
+			return byte;
+		}
+		if (c->n_grp + 256 > c->cap_grp) {
+			size_t cap = c->cap_grp ? c->cap_grp * 2 : 64 * 256;
+			uint8_t *g = realloc(c->grp, cap);
+			if (!g)
+				return byte;
+			c->grp = g;
+			c->cap_grp = cap;
+		}
+		byte_reps(w->m, c->grp + c->n_grp);
+		st->grp = (uint32_t)c->n_grp;
+		c->n_grp += 256;
+	}
+	return c->grp[st->grp + byte];
+}
+
 /* Take node c from depth d if its byte is allowed there, and walk on. */
 static void step(struct walk *w, const struct gm_node *c, size_t d)
 {
@@ -562,7 +661,12 @@ static void step(struct walk *w, const struct gm_node *c, size_t d)
 	if (!found) {
 		if (!materialize(w, d))
 			return;
-		next = push(m, c->byte) ? intern(m, w->c, m->n_sets - 1, w->base, w->path) : ST_DEAD;
+		uint8_t rep = byte_rep(w, d, c->byte);
+		const uint32_t *known = rep != c->byte ? tfind(w->c, w->path[d], rep) : NULL;
+		if (known)
+			next = *known;
+		else
+			next = push(m, c->byte) ? intern(m, w->c, m->n_sets - 1, w->base, w->path) : ST_DEAD;
 		/* the slot may have moved while interning: look it up again */
 		slot = tslot(m, w->c, w->path[d], c->byte, &found);
 		if (!slot)
@@ -742,39 +846,94 @@ static bool chars_ok(struct loop *l)
 	return true;
 }
 
-/* Decide whether the state at depth d (its set the last) loops. */
+/* Decide whether the state at depth d (its set the last) loops. One that
+ * does not take every character to one state takes no run either. */
 static void loop_check(struct walk *w, size_t d)
 {
 	struct gm_matcher *m = w->m;
 	struct loop l = { .m = m, .base = w->base + d };
-	bool ok = chars_ok(&l) && push(m, gm_shapes[0].lo[0]);
+	bool one = chars_ok(&l), ok = one && push(m, gm_shapes[0].lo[0]);
 	if (ok) {
 		ok = chars_ok(&l);
 		pop(m);
 	}
 	free(l.want);
 	free(l.tmp);
-	w->c->st[w->path[d]].loop = ok ? LOOP_YES : LOOP_NO;
+	struct st *st = &w->c->st[w->path[d]];
+	st->loop = ok ? LOOP_YES : LOOP_NO;
+	st->one = one;
+	if (!one)
+		st->run = 0;
+}
+
+/* How many string characters (up to max) the state at depth d takes,
+ * each to one state whatever the character: a state that counts (inside
+ * maxLength) does not loop but takes a run as long as its bound allows.
+ * Its set is the last; the states on the way are kept (path[d + 1] on). */
+static int run_of(struct walk *w, size_t d, int max)
+{
+	struct gm_matcher *m = w->m;
+	struct st *st = &w->c->st[w->path[d]];
+	if (st->loop == LOOP_YES)
+		return max;
+	if (st->run != RUN_UNKNOWN)
+		return st->run < max ? st->run : max;
+	int run = 0;
+	if (max > 0 && d + 2 < sizeof w->path / sizeof *w->path) {
+		bool ok = st->one;
+		if (!ok) {
+			struct loop l = { .m = m, .base = w->base + d };
+			ok = chars_ok(&l);
+			free(l.want);
+			free(l.tmp);
+		}
+		if (ok && push(m, gm_shapes[0].lo[0])) {
+			uint32_t next = intern(m, w->c, w->base + d + 1, w->base, w->path);
+			if (next != ST_DEAD && !m->oom) {
+				w->path[d + 1] = next;
+				/* after an opening quote the next state often loops */
+				if (w->c->st[next].loop == LOOP_UNKNOWN && w->c->st[next].run == RUN_UNKNOWN)
+					loop_check(w, d + 1);
+				run = 1 + run_of(w, d + 1, max - 1);
+			}
+			pop(m);
+		}
+	}
+	/* a run cut by max is a lower bound: still true when kept */
+	w->c->st[w->path[d]].run = (uint8_t)run;
+	return run;
 }
 
 /* Node c (at depth d) is taken; where every token below it goes on with
- * string characters only and the state loops on them, they are all
- * allowed without walking. States first met deeper than LOOP_DEPTH are
- * not checked: a check costs some 70 parser steps. */
+ * string characters only and the state loops on them, or takes a run of
+ * them as long as the longest token below, they are all allowed without
+ * walking. States first met deeper than LOOP_DEPTH are not checked (a
+ * check costs some 70 parser steps), but a run found from above is used. */
 static bool loops_below(struct walk *w, const struct gm_node *c, size_t d)
 {
 	size_t at = (size_t)(c - w->v->nodes);
 	if (!w->v->plain_below[at])
 		return false;
-	uint8_t loop = w->c->st[w->path[d]].loop;
-	if (loop == LOOP_UNKNOWN && d <= LOOP_DEPTH) {
+	struct st *st = &w->c->st[w->path[d]];
+	if (st->loop == LOOP_UNKNOWN && d <= LOOP_DEPTH) {
 		if (!materialize(w, d))
 			return false;
 		loop_check(w, d);
-		loop = w->c->st[w->path[d]].loop;
+		st = &w->c->st[w->path[d]];
 	}
-	if (loop != LOOP_YES)
-		return false;
+	if (st->loop != LOOP_YES) {
+		int h = w->v->height[at];
+		if (st->run == RUN_UNKNOWN && d <= LOOP_DEPTH && h <= RUN_MAX) {
+			uint32_t s = w->path[d];
+			if (!materialize(w, d))
+				return false;
+			run_of(w, d, RUN_MAX);
+			w->path[d] = s;
+			st = &w->c->st[s];
+		}
+		if (st->run == RUN_UNKNOWN || st->run < h)
+			return false;
+	}
 	uint32_t from = c->tok + c->n_tok, to = w->v->sub_end[at];
 	for (uint32_t i = from; i < to; i++) {
 		int32_t id = w->toks[i];

@@ -224,7 +224,7 @@ static int32_t json_any(struct sc *c)
 
 /* ---- strings ------------------------------------------------------------ */
 
-static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth);
+static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n);
 static uint32_t cp_at(const char *s, size_t n, size_t *len);
 
 /* RFC 3339 full-date: days per month, February 29 in leap years only */
@@ -405,7 +405,7 @@ static int32_t string(struct sc *c, const struct jv *s)
 			if (out->a[i]->t == JV_STR)
 				k[n] = out->a[i]->s, kl[n++] = out->a[i]->len;
 		if (p.n == 0 && mn <= 0 && mx < 0) { /* the plain case: a trie */
-			int32_t r = k && kl ? sc_seq2(c, sc_lit(c, "\""), other_name(c, k, kl, n, 0, 0)) : 0;
+			int32_t r = k && kl ? sc_seq2(c, sc_lit(c, "\""), other_name(c, k, kl, n)) : 0;
 			free(k);
 			free(kl);
 			return r ? r : (gmb_fail(c->b, "out of memory"), 0);
@@ -514,21 +514,53 @@ static uint32_t cp_at(const char *s, size_t n, size_t *len)
 	return v;
 }
 
-/* The rest of a key (closing quote included) that makes it none of the n
- * names, all of which share their first `off` bytes: an undeclared member
- * must not reuse a declared name with another schema. */
-static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n, size_t off, int depth)
+/* Keys that are none of the names, as prefix · divergence · rest: the
+ * prefixes of the names are left-linear (N_pc -> N_p c), so once a key
+ * leaves every name the parser is in one state whichever letter it left
+ * at (nothing pending per prefix), and the mask walk checks that state's
+ * loop once. */
+struct other {
+	int32_t *div, *end; /* N_p then a character no name goes on with; N_p that is no name */
+	int n_div, n_end, cap;
+};
+
+static void other_add(struct sc *c, struct other *o, int32_t **v, int *n, int32_t sym)
 {
-	if (depth > 256)
-		return sc_err(c, "property name too long%s", ""), 0;
-	int32_t *alts = malloc((n + 2) * sizeof *alts);
-	uint32_t *cps = malloc((n + 1) * sizeof *cps);
-	if (!alts || !cps) {
-		free(alts);
-		free(cps);
-		return gmb_fail(c->b, "out of memory"), 0;
+	if (*n == o->cap) {
+		int cap = o->cap ? o->cap * 2 : 16;
+		int32_t *d = realloc(o->div, cap * sizeof *d), *e = d ? realloc(o->end, cap * sizeof *e) : NULL;
+		if (d)
+			o->div = d;
+		if (e)
+			o->end = e;
+		if (!d || !e) {
+			gmb_fail(c->b, "out of memory");
+			return;
+		}
+		o->cap = cap;
 	}
-	int na = 0, nc = 0;
+	(*v)[(*n)++] = sym;
+}
+
+/* The names k (all sharing their first off bytes, which prefix parses). */
+static void other_prefix(struct sc *c, struct other *o, const char *const *k, const size_t *kl, int n, size_t off,
+			 int32_t prefix, int depth)
+{
+	if (depth > 256) {
+		sc_err(c, "property name too long%s", "");
+		return;
+	}
+	uint32_t *cps = malloc((n + 1) * sizeof *cps);
+	const char **sk = malloc((n + 1) * sizeof *sk);
+	size_t *sl = malloc((n + 1) * sizeof *sl);
+	if (!cps || !sk || !sl) {
+		free(cps);
+		free(sk);
+		free(sl);
+		gmb_fail(c->b, "out of memory");
+		return;
+	}
+	int nc = 0;
 	bool ends = false;
 	struct gm_cps next = { 0 };
 	for (int i = 0; i < n; i++) {
@@ -541,9 +573,9 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 		cps_add(&next, cp, cp);
 	}
 	if (!ends)
-		alts[na++] = sc_lit(c, "\"");
+		other_add(c, o, &o->end, &o->n_end, prefix);
 	cps_negate(&next);
-	alts[na++] = sc_seq3(c, gm_json_chars(c->b, &next), gmb_rep(c->b, jchar(c), 0, -1), sc_lit(c, "\""));
+	other_add(c, o, &o->div, &o->n_div, sc_seq2(c, prefix, gm_json_chars(c->b, &next)));
 	cps_free(&next);
 	for (int i = 0; i < n && !c->b->failed; i++) {
 		if (kl[i] == off)
@@ -557,15 +589,7 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 			continue;
 		cps[nc++] = cp;
 		/* the names that go on with this character */
-		const char **sk = malloc(n * sizeof *sk);
-		size_t *sl = malloc(n * sizeof *sl);
 		int m = 0;
-		if (!sk || !sl) {
-			free(sk);
-			free(sl);
-			gmb_fail(c->b, "out of memory");
-			break;
-		}
 		for (int j = i; j < n; j++) {
 			size_t l2;
 			if (kl[j] > off && cp_at(k[j] + off, kl[j] - off, &l2) == cp) {
@@ -577,13 +601,32 @@ static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, 
 		cps_add(&one, cp, cp);
 		int32_t ch = gm_json_chars(c->b, &one);
 		cps_free(&one);
-		alts[na++] = sc_seq2(c, ch, other_name(c, sk, sl, m, off + l, depth + 1));
-		free(sk);
-		free(sl);
+		other_prefix(c, o, sk, sl, m, off + l, sc_seq2(c, prefix, ch), depth + 1);
 	}
-	int32_t r = c->b->failed ? 0 : gmb_alt(c->b, alts, na);
-	free(alts);
 	free(cps);
+	free(sk);
+	free(sl);
+}
+
+/* The rest of a key (closing quote included) that makes it none of the n
+ * names: an undeclared member must not reuse a declared name with
+ * another schema. */
+static int32_t other_name(struct sc *c, const char *const *k, const size_t *kl, int n)
+{
+	struct other o = { 0 };
+	other_prefix(c, &o, k, kl, n, 0, gmb_eps(c->b), 0);
+	int32_t r = 0;
+	if (!c->b->failed) {
+		int32_t rest = sc_seq2(c, gmb_rep(c->b, jchar(c), 0, -1), sc_lit(c, "\""));
+		int32_t alts[2];
+		int na = 0;
+		alts[na++] = sc_seq2(c, gmb_alt(c->b, o.div, o.n_div), rest);
+		if (o.n_end)
+			alts[na++] = sc_seq2(c, gmb_alt(c->b, o.end, o.n_end), sc_lit(c, "\""));
+		r = c->b->failed ? 0 : gmb_alt(c->b, alts, na);
+	}
+	free(o.div);
+	free(o.end);
 	return r;
 }
 
@@ -771,7 +814,7 @@ static int32_t object(struct sc *c, const struct jv *s)
 		}
 		for (int i = 0; i < n; i++)
 			nk[i] = e[i].k, nl[i] = e[i].kl;
-		int32_t key = n ? sc_seq2(c, sc_lit(c, "\""), other_name(c, nk, nl, n, 0, 0)) : json_string(c);
+		int32_t key = n ? sc_seq2(c, sc_lit(c, "\""), other_name(c, nk, nl, n)) : json_string(c);
 		free(nk);
 		free(nl);
 		extra = sc_seq3(c, key, sc_lit(c, ":"), !ap || sc_true(ap) ? json_any(c) : sym(c, ap));

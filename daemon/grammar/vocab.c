@@ -198,16 +198,24 @@ static bool below(struct gm_vocab *v)
 {
 	v->sub_end = malloc(v->n_nodes * sizeof *v->sub_end);
 	v->plain_below = malloc(v->n_nodes);
-	if (!v->sub_end || !v->plain_below) {
+	v->height = malloc(v->n_nodes);
+	if (!v->sub_end || !v->plain_below || !v->height) {
 		free(v->sub_end);
 		free(v->plain_below);
+		free(v->height);
 		v->sub_end = NULL;
 		v->plain_below = NULL;
+		v->height = NULL;
 		return false;
 	}
 	for (size_t k = v->n_nodes; k-- > 0;) {
 		const struct gm_node *n = &v->nodes[k];
 		v->sub_end[k] = n->n_child ? v->sub_end[n->child + n->n_child - 1] : n->tok + n->n_tok;
+		int h = 0;
+		for (int j = 0; j < n->n_child; j++)
+			if (v->height[n->child + j] + 1 > h)
+				h = v->height[n->child + j] + 1;
+		v->height[k] = h > 255 ? 255 : (uint8_t)h;
 		bool ok = true;
 		for (int j = 0; j < n->n_child && ok; j++) {
 			const struct gm_node *c = &v->nodes[n->child + j];
@@ -289,6 +297,7 @@ void gm_vocab_free(struct gm_vocab *v)
 	free(v->plain);
 	free(v->sub_end);
 	free(v->plain_below);
+	free(v->height);
 	trie_free(&v->tail1);
 	trie_free(&v->tail2);
 	trie_free(&v->head);

@@ -80,6 +80,52 @@ START_TEST(test_languages)
 }
 END_TEST
 
+/* Bounded repetition in blocks (ir.c): every count from min to max, and
+ * none outside, across the block sizes and the remainder. */
+static bool takes(const struct gm_grammar *g, const struct gm_vocab *v, const char *text)
+{
+	struct gm_matcher *m = gm_matcher_new(g, v);
+	ck_assert_ptr_nonnull(m);
+	bool ok = gm_matcher_accept_bytes(m, text, strlen(text)) == 0 && gm_matcher_is_complete(m);
+	gm_matcher_free(m);
+	return ok;
+}
+
+START_TEST(test_bounded_repetition)
+{
+	static const char *res[] = { "(ab|a){0,16}", "(ab|a){0,17}", "(ab|a){3,50}", "(ab|a){0,81}",
+				     "(ab|a){7,300}", "(ab|a){0,1000}" };
+	static const long bounds[][2] = { { 0, 16 }, { 0, 17 }, { 3, 50 }, { 0, 81 }, { 7, 300 }, { 0, 1000 } };
+	struct gm_vocab *v = vocab();
+	struct gm_grammar *g;
+	char err[256], text[1100];
+	memset(text, 'a', sizeof text);
+	for (size_t i = 0; i < sizeof res / sizeof *res; i++) {
+		long lo = bounds[i][0], hi = bounds[i][1];
+		ck_assert_msg(gm_compile(GM_REGEX, res[i], strlen(res[i]), &g, err, sizeof err) == 0, "%s", err);
+		for (long n = lo > 2 ? lo - 2 : 0; n <= hi + 2; n++) {
+			text[n] = 0;
+			ck_assert_msg(takes(g, v, text) == (n >= lo && n <= hi), "%s on %ld", res[i], n);
+			text[n] = 'a';
+		}
+		gm_grammar_unref(g);
+	}
+	const char *s = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":40}";
+	ck_assert_msg(gm_compile(GM_JSON_SCHEMA, s, strlen(s), &g, err, sizeof err) == 0, "%s", err);
+	char arr[200] = "[";
+	for (int n = 1; n <= 42; n++) {
+		strcat(arr, n > 1 ? ",1" : "1");
+		size_t l = strlen(arr);
+		arr[l] = ']';
+		arr[l + 1] = 0;
+		ck_assert_msg(takes(g, v, arr) == (n >= 2 && n <= 40), "%d items", n);
+		arr[l] = 0;
+	}
+	gm_grammar_unref(g);
+	gm_vocab_free(v);
+}
+END_TEST
+
 /* Each keyword the grammar says by rewriting or counting: a valid instance
  * accepted, an invalid one refused. */
 static const struct { const char *schema; const char *yes[4], *no[4]; } kw[] = {
@@ -373,6 +419,10 @@ START_TEST(test_fast_masks_equal_plain_walk)
 		  "\"tag\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"name\"],\"additionalProperties\":false}}",
 		  "[{\"name\":\"Ann Lee\",\"tag\":\"a\"},{\"name\":\"Bob\"},{\"name\":\"Bob\"},{\"name\":\"\xc3\xa9\"}]" },
 		{ "{\"type\":\"string\",\"maxLength\":12}", "\"twelve chars\"" },
+		/* a count (blocks of the repetition) that runs out inside the text */
+		{ "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":30,\"maxLength\":90}}",
+		  "[\"The quick brown fox jumps over the lazy dog, caf\xc3\xa9 \\\"quoted\\\" and then some more words here.\","
+		  "\"                                                                                          \"]" },
 		{ "{\"type\":\"string\",\"pattern\":\"^[a-z]+-[0-9]+$\"}", "\"abc-123\"" },
 		{ "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date-time\"},"
 		  "\"n\":{\"type\":\"number\"}}}", "{\"d\":\"2024-01-02T03:04:05Z\",\"n\":-1.5e3}" },
@@ -462,6 +512,7 @@ int main(void)
 	TCase *tc = tcase_create("grammar");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_languages);
+	tcase_add_test(tc, test_bounded_repetition);
 	tcase_add_test(tc, test_schema_keywords);
 	tcase_add_test(tc, test_mask_matches_matcher_and_rollback);
 	tcase_add_test(tc, test_refusals_name_what);

@@ -60,6 +60,14 @@ static void lat_print(const char *what, struct lat *l)
 	       l->v[(size_t)(l->n * 0.99)] / 1e3, l->v[l->n - 1] / 1e3);
 }
 
+/* --worst N: the N slowest masks, with where they were */
+struct worst {
+	uint64_t ns;
+	long schema;
+	size_t pos;
+	char ctx[48]; /* the text before the mask */
+};
+
 struct ctx {
 	const struct tokenizer *t;
 	struct gm_vocab *v;
@@ -69,7 +77,35 @@ struct ctx {
 	bool bench, verbose;
 	bool timed; /* --bench times this walk's masks (valid instances only) */
 	long mismatches;
+	struct worst *worst;
+	int n_worst, cap_worst;
+	long schema;	  /* the sweep's schema number, for --worst */
+	const char *text; /* the text walked, for --worst */
 };
+
+static void worst_add(struct ctx *c, uint64_t ns, size_t pos)
+{
+	int n = c->n_worst;
+	if (!c->cap_worst || (n == c->cap_worst && c->worst[n - 1].ns >= ns))
+		return;
+	int i = n < c->cap_worst ? n++ : n - 1;
+	for (; i > 0 && c->worst[i - 1].ns < ns; i--)
+		c->worst[i] = c->worst[i - 1];
+	struct worst *w = &c->worst[i];
+	w->ns = ns;
+	w->schema = c->schema;
+	w->pos = pos;
+	size_t from = pos > sizeof w->ctx - 1 ? pos - (sizeof w->ctx - 1) : 0;
+	snprintf(w->ctx, sizeof w->ctx, "%.*s", (int)(pos - from), c->text ? c->text + from : "");
+	c->n_worst = n;
+}
+
+static void worst_print(struct ctx *c)
+{
+	for (int i = 0; i < c->n_worst; i++)
+		printf("slow mask %.1f us: schema %ld, byte %zu, after '%s'\n", c->worst[i].ns / 1e3,
+		       c->worst[i].schema, c->worst[i].pos, c->worst[i].ctx);
+}
 
 /* The mask now, timed for --bench; with --check-fast also the plain
  * walk's, which must be the same. */
@@ -77,8 +113,11 @@ static void mask(struct ctx *c, struct gm_matcher *m)
 {
 	uint64_t t0 = now_ns();
 	int n = gm_matcher_mask(m, c->mask);
-	if (c->timed)
-		lat_add(&c->mask_ns, now_ns() - t0);
+	if (c->timed) {
+		uint64_t ns = now_ns() - t0;
+		lat_add(&c->mask_ns, ns);
+		worst_add(c, ns, gm_matcher_pos(m));
+	}
 	if (!c->slow)
 		return;
 	gm_matcher_slow(m, true);
@@ -107,6 +146,7 @@ static int walk(struct ctx *c, const struct gm_grammar *g, const char *text, siz
 	}
 	*ids_out = ids;
 	*n_out = n;
+	c->text = text;
 	struct gm_matcher *m = gm_matcher_new(g, c->v);
 	if (!m) {
 		*at = -2;
@@ -176,6 +216,7 @@ static int sweep(struct ctx *c, const char *path, bool all_masks)
 			schema = json;
 			slen = jl;
 			schemas++;
+			c->schema = schemas;
 			first_valid = true;
 			char err[256];
 			uint64_t t0 = now_ns();
@@ -231,6 +272,7 @@ static int sweep(struct ctx *c, const char *path, bool all_masks)
 	if (c->bench) {
 		lat_print("compile", &compile_ns);
 		lat_print("mask", &c->mask_ns);
+		worst_print(c);
 	}
 	free(compile_ns.v);
 	return nv_ok == nv && !c->mismatches ? 0 : 2;
@@ -239,7 +281,7 @@ static int sweep(struct ctx *c, const char *path, bool all_masks)
 static int usage(FILE *f)
 {
 	fprintf(f, "usage: pagoda constrain -m MODEL (--json-schema FILE | --regex RE | --grammar FILE) [--bench] < text\n"
-		   "       pagoda constrain -m MODEL --sweep FILE [--all-masks] [--bench]\n"
+		   "       pagoda constrain -m MODEL --sweep FILE [--all-masks] [--bench [--worst N]]\n"
 		   "  walks stdin through the constraint token by token (the model's tokenizer, no BOS):\n"
 		   "  exit 0: every token allowed and the text complete; 2: refused; 1: does not compile\n"
 		   "  --bench       print compile and mask times (indicative on a shared machine)\n"
@@ -247,7 +289,8 @@ static int usage(FILE *f)
 		   "  --all-masks   in a sweep, check every token against the mask (default: the\n"
 		   "                first 4 tokens of each schema's first valid instance; the\n"
 		   "                rest is walked, which takes the same parser steps)\n"
-		   "  --check-fast  compare every mask with the plain trie walk's (exit 2 if unlike)\n");
+		   "  --check-fast  compare every mask with the plain trie walk's (exit 2 if unlike)\n"
+		   "  --worst N     with --bench, list the N slowest masks (schema, byte, text before)\n");
 	return f == stdout ? 0 : 2;
 }
 
@@ -256,6 +299,7 @@ int cmd_constrain(int argc, char **argv)
 	const char *model = NULL, *file = NULL, *re = NULL, *sweep_file = NULL;
 	enum gm_kind kind = GM_NONE;
 	bool bench = false, all_masks = false, verbose = false, check_fast = false;
+	int n_worst = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -280,6 +324,11 @@ int cmd_constrain(int argc, char **argv)
 			all_masks = true;
 		} else if (!strcmp(a, "--check-fast")) {
 			check_fast = true;
+		} else if (!strcmp(a, "--worst")) {
+			const char *v = opt_value(argc, argv, &i);
+			if (!v)
+				return 1;
+			n_worst = atoi(v);
 		} else {
 			usage(stderr);
 			return !strcmp(a, "--help") ? 0 : 1;
@@ -301,6 +350,8 @@ int cmd_constrain(int argc, char **argv)
 	uint64_t t0 = now_ns();
 	c.v = gm_vocab_from_tokenizer(t);
 	c.mask = malloc(((size_t)tok_n_vocab(t) + 31) / 32 * sizeof *c.mask);
+	if (n_worst > 0 && (c.worst = calloc(n_worst, sizeof *c.worst)))
+		c.cap_worst = n_worst;
 	if (check_fast)
 		c.slow = malloc(((size_t)tok_n_vocab(t) + 31) / 32 * sizeof *c.slow);
 	if (!c.v || !c.mask || (check_fast && !c.slow)) {
@@ -353,14 +404,17 @@ int cmd_constrain(int argc, char **argv)
 		} else if (rc == 1) {
 			fprintf(stderr, "pagoda constrain: cannot tokenize the input\n");
 		}
-		if (bench)
+		if (bench) {
 			lat_print("mask", &c.mask_ns);
+			worst_print(&c);
+		}
 		free(ids);
 		free(text);
 		free(src);
 		gm_grammar_unref(g);
 	}
 	free(c.mask_ns.v);
+	free(c.worst);
 	free(c.mask);
 	free(c.slow);
 	gm_vocab_free(c.v);
