@@ -18,9 +18,8 @@
  *   S: s of a, s of b (likewise)
  * The levels are unsigned already (0..15, 0..31), as vpdpbusd wants them;
  * its products never reach the int16 saturation of ggml's maddubs. */
-#include <immintrin.h>
-
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/pairs_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -55,9 +54,7 @@ void pg_q8_1_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 		for (int64_t i = 0; i < nb; i++) {
 			const __m256i ya = _mm256_loadu_si256((const __m256i *)a[i].qs);
 			const __m256i yb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-			const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_unpacklo_epi32(ya, yb)),
-							     _mm256_unpackhi_epi32(ya, yb), 1);
-			_mm512_storeu_si512(base + l.y + 64 * i, y);
+			_mm512_storeu_si512(base + l.y + 64 * i, pairs_join(ya, yb));
 			float *d = (float *)(base + l.d) + 2 * i, *s = (float *)(base + l.s) + 2 * i;
 			d[0] = _cvtsh_ss(a[i].d);
 			d[1] = _cvtsh_ss(b[i].d);
@@ -67,26 +64,12 @@ void pg_q8_1_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 	}
 }
 
-AI float hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-/* (v of a, v of b) four times: the pair's two floats at off, block i */
-AI __m256 pair_of(const char *pair, size_t off, int64_t i)
-{
-	return _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(pair + off) + i));
-}
-
 /* pairs q and q + 1 (when there is one) in one vector */
 AI __m512 pairs_of(const char *x, size_t ps, size_t off, int64_t i, int q, const int NP)
 {
-	__m512 v = _mm512_castps256_ps512(pair_of(x + (size_t)q * ps, off, i));
+	__m512 v = _mm512_castps256_ps512(pairs_floats(x + (size_t)q * ps, off, i));
 	if (q + 1 < NP)
-		v = _mm512_insertf32x8(v, pair_of(x + (size_t)(q + 1) * ps, off, i), 1);
+		v = _mm512_insertf32x8(v, pairs_floats(x + (size_t)(q + 1) * ps, off, i), 1);
 	return v;
 }
 
@@ -133,7 +116,6 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 	      float (*out)[2][4])
 {
 	const struct pair_block_layout l = layout(nb);
-	const __m512i perm = _mm512_setr_epi32(0, 0, 1, 1, 4, 4, 5, 5, 2, 2, 3, 3, 6, 6, 7, 7);
 	const __m512i dwperm = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3);
 	__m512 acc[4][PG_PACK_PAIRS];
 	/* m·s sums, lane 8q + 2j + h of vector q / 2 */
@@ -175,7 +157,7 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 			__m512i wz[4];
 			#pragma GCC unroll 4
 			for (int j = 0; j < 4; j++)
-				wz[j] = _mm512_permutexvar_epi32(perm, _mm512_castsi256_si512(levels(w, bw, j, i, FIVE)));
+				wz[j] = pairs_weight(levels(w, bw, j, i, FIVE));
 			#pragma GCC unroll 4
 			for (int q = 0; q < NP; q++) {
 				const __m512i y = _mm512_loadu_si512(x + (size_t)q * ps + l.y + 64 * i);
@@ -193,15 +175,14 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 	float msum[8 * PG_PACK_PAIRS] __attribute__((aligned(64)));
 	_mm512_store_ps(msum, ms[0]);
 	_mm512_store_ps(msum + 16, ms[1]);
-	/* back to group order 0..7 per row, then ggml's hsum_float_8 */
-	const __m512i unperm = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 1, 3, 9, 11, 5, 7, 13, 15);
 	#pragma GCC unroll 4
 	for (int j = 0; j < 4; j++)
 		#pragma GCC unroll 4
 		for (int q = 0; q < NP; q++) {
-			const __m512 v = _mm512_permutexvar_ps(unperm, acc[j][q]);
-			out[q][0][j] = hsum8(_mm512_castps512_ps256(v)) + msum[8 * q + 2 * j];
-			out[q][1][j] = hsum8(_mm512_extractf32x8_ps(v, 1)) + msum[8 * q + 2 * j + 1];
+			float a, b;
+			pairs_sums(acc[j][q], &a, &b);
+			out[q][0][j] = a + msum[8 * q + 2 * j];
+			out[q][1][j] = b + msum[8 * q + 2 * j + 1];
 		}
 }
 

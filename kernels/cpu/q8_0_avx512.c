@@ -21,9 +21,8 @@
  * output pair (a, b) of weight row j is one 64-bit broadcast of
  * (dw_j·dy_a, dw_j·dy_b) — the very products ggml forms.
  */
-#include <immintrin.h>
-
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/pairs_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -59,9 +58,7 @@ void pg_q8_0_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 		for (int64_t i = 0; i < nb; i++) {
 			const __m256i ya = _mm256_loadu_si256((const __m256i *)a[i].qs);
 			const __m256i yb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-			const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_unpacklo_epi32(ya, yb)),
-							     _mm256_unpackhi_epi32(ya, yb), 1);
-			_mm512_storeu_si512(base + l.y + 64 * i, y);
+			_mm512_storeu_si512(base + l.y + 64 * i, pairs_join(ya, yb));
 			float *d = (float *)(base + l.d) + 2 * i;
 			d[0] = _cvtsh_ss(a[i].d);
 			d[1] = _cvtsh_ss(b[i].d);
@@ -69,24 +66,10 @@ void pg_q8_0_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 	}
 }
 
-AI float hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-AI __m256 dy_pair(const char *pair, size_t doff, int64_t i)
-{
-	return _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(pair + doff) + i));
-}
-
 /* Four weight rows against NP packed pairs starting at x (stride ps). */
 AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, const int NP, float (*out)[2][4])
 {
 	const struct pair_block_layout l = layout(nb);
-	const __m512i perm = _mm512_setr_epi32(0, 0, 1, 1, 4, 4, 5, 5, 2, 2, 3, 3, 6, 6, 7, 7);
 	const __m512i dwperm = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3);
 	const __m512i u128 = _mm512_set1_epi8((char)0x80);
 	__m512 acc[4][PG_PACK_PAIRS];
@@ -110,9 +93,9 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 			/* sc[i - i0][8q + 2j + (0|1)] = dw_j * dy_(a|b) of pair q */
 			#pragma GCC unroll 2
 			for (int q = 0; q < NP; q += 2) {
-				__m512 dy = _mm512_castps256_ps512(dy_pair(x + (size_t)q * ps, l.d, i));
+				__m512 dy = _mm512_castps256_ps512(pairs_floats(x + (size_t)q * ps, l.d, i));
 				if (q + 1 < NP)
-					dy = _mm512_insertf32x8(dy, dy_pair(x + (size_t)(q + 1) * ps, l.d, i), 1);
+					dy = _mm512_insertf32x8(dy, pairs_floats(x + (size_t)(q + 1) * ps, l.d, i), 1);
 				_mm512_store_ps(sc[i - i0] + 8 * q, _mm512_mul_ps(dw, dy));
 			}
 		}
@@ -124,7 +107,7 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 				const block_q8_0 *b = WB(w, bw, j) + i;
 				_mm_prefetch((const char *)b + 8 * bw, _MM_HINT_T0);
 				const __m256i wv = _mm256_loadu_si256((const __m256i *)b->qs);
-				wz[j] = _mm512_xor_si512(_mm512_permutexvar_epi32(perm, _mm512_castsi256_si512(wv)), u128);
+				wz[j] = _mm512_xor_si512(pairs_weight(wv), u128);
 			}
 			#pragma GCC unroll 4
 			for (int q = 0; q < NP; q++) {
@@ -143,16 +126,11 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 			}
 		}
 	}
-	/* back to group order 0..7 per row, then ggml's hsum_float_8 */
-	const __m512i unperm = _mm512_setr_epi32(0, 2, 8, 10, 4, 6, 12, 14, 1, 3, 9, 11, 5, 7, 13, 15);
 	#pragma GCC unroll 4
 	for (int j = 0; j < 4; j++)
 		#pragma GCC unroll 4
-		for (int q = 0; q < NP; q++) {
-			const __m512 v = _mm512_permutexvar_ps(unperm, acc[j][q]);
-			out[q][0][j] = hsum8(_mm512_castps512_ps256(v));
-			out[q][1][j] = hsum8(_mm512_extractf32x8_ps(v, 1));
-		}
+		for (int q = 0; q < NP; q++)
+			pairs_sums(acc[j][q], &out[q][0][j], &out[q][1][j]);
 }
 
 /* pg_gemv8_fn over packed pairs (nr <= 2 * PG_PACK_PAIRS): x is pair nr-tile's first pair, and the
