@@ -20,6 +20,7 @@
 #define NFA_MAX 20000
 #define DFA_MAX 3000
 #define PAIRS_MAX 200000 /* (state, count) nonterminals one string may take */
+#define LEFT_MAX 4096    /* pairs up to which an unbounded string is left-linear */
 
 enum { E_EPS, E_BOL, E_EOL, E_CHR };
 
@@ -849,17 +850,25 @@ int32_t gm_dfa_string(struct gm_b *b, const struct gm_dfa *d, uint32_t must, uin
 			gto[i][ng[i]++] = t;
 		}
 	}
-	/* (state, count) pairs from the start, breadth first */
+	/* (state, count) pairs from the start, breadth first. Without a
+	 * maximum the pairs are few and the string is left-linear (L_q ->
+	 * L_p c): Earley then keeps every item's origin at the string's
+	 * start, where the right-linear form (R_p -> c R_q) completes a chain
+	 * back to it at every character and never repeats a state. */
+	bool left = mx < 0 && (size_t)d->n_d * (cap + 1) <= LEFT_MAX;
+	int32_t top = left ? gmb_nt(b) : 0;
 	int qn = 0;
 	nt[0] = gmb_nt(b);
+	if (left)
+		gmb_prod(b, nt[0], NULL, 0);
 	queue[qn++] = 0;
 	for (int q = 0; q < qn && !b->failed; q++) {
 		int i = queue[q] / (int)(cap + 1);
 		long k = queue[q] % (cap + 1);
 		int32_t me = nt[queue[q]];
 		if (fits(d->tag[i], must, must_not) && k >= mn) {
-			int32_t e = gmb_eps(b);
-			gmb_prod(b, me, &e, 1);
+			int32_t e = left ? me : gmb_eps(b);
+			gmb_prod(b, left ? top : me, &e, 1);
 		}
 		long k2 = k < cap ? k + 1 : mx < 0 ? cap : -1;
 		if (k2 < 0)
@@ -874,11 +883,16 @@ int32_t gm_dfa_string(struct gm_b *b, const struct gm_dfa *d, uint32_t must, uin
 				nt[idx] = gmb_nt(b);
 				queue[qn++] = idx;
 			}
-			int32_t two[2] = { gsym[i][g], nt[idx] };
-			gmb_prod(b, me, two, 2);
+			if (left) {
+				int32_t two[2] = { me, gsym[i][g] };
+				gmb_prod(b, nt[idx], two, 2);
+			} else {
+				int32_t two[2] = { gsym[i][g], nt[idx] };
+				gmb_prod(b, me, two, 2);
+			}
 		}
 	}
-	res = b->failed ? 0 : nt[0];
+	res = b->failed ? 0 : left ? top : nt[0];
 out:
 	for (int i = 0; gsym && gto && i < d->n_d; i++)
 		free(gsym[i]), free(gto[i]);
