@@ -146,6 +146,7 @@ struct gm_dfa *gm_dfa_new(const char *const *res, const size_t *lens, int n, cha
 void gm_dfa_free(struct gm_dfa *d);
 /* Some string matches every pattern of must and none of must_not. */
 bool gm_dfa_some(const struct gm_dfa *d, uint32_t must, uint32_t must_not);
+int gm_dfa_states(const struct gm_dfa *d);
 /* The set of patterns the UTF-8 string s matches. */
 uint32_t gm_dfa_match(const struct gm_dfa *d, const char *s, size_t n);
 /* Those strings of mn..mx code points (mx < 0: no maximum), as the

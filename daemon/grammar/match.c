@@ -1044,12 +1044,12 @@ static void root_check(struct walk *w)
 		/* S1 (at depth 1) takes every character to S2, and S2 to itself.
 		 * Where the root is like S1 (inside a string) or S2 like S1
 		 * (after the opening quote), what is shown for one holds for the
-		 * other. */
+		 * other; but a root with exceptions shows nothing for S1. */
 		s1 = intern(m, w->c, w->base + 1, w->base, w->path);
 		w->path[1] = s1;
 		l.anchor = w->base + 1;
 		l.have = false;
-		bool root_s1 = s1 != ST_DEAD && like_root(m, w->base, cands[best].items, cands[best].n);
+		bool root_s1 = s1 != ST_DEAD && n_exc == 0 && like_root(m, w->base, cands[best].items, cands[best].n);
 		if (s1 != ST_DEAD && (root_s1 || chars_ok(&l)) && push(m, gm_shapes[0].lo[0])) {
 			bool s2_s1 = root_s1 || (l.n_want == cands[best].n &&
 						 !memcmp(l.want, cands[best].items, l.n_want * sizeof *l.want));

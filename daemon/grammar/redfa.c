@@ -900,6 +900,11 @@ out:
 	return res;
 }
 
+int gm_dfa_states(const struct gm_dfa *d)
+{
+	return d->n_d;
+}
+
 uint32_t gm_dfa_match(const struct gm_dfa *d, const char *s, size_t n)
 {
 	int st = 0;

@@ -292,8 +292,9 @@ static bool pats_add(struct sc *c, struct pats *p, const char *re, size_t len, b
 /* The contents of the strings that match the positive patterns, none of
  * the negative ones, with mn..mx characters. */
 #define SC_MAX_AUTOM 256
+#define SC_SOFT_STATES 64 /* a lone pattern takes its automaton up to this size */
 
-static int32_t pats_string(struct sc *c, const struct pats *p, long mn, long mx)
+static int32_t pats_string(struct sc *c, const struct pats *p, long mn, long mx, bool soft)
 {
 	/* the same patterns and length again (anyOf branches merged with
 	 * their siblings repeat them): the same nonterminal */
@@ -324,6 +325,11 @@ static int32_t pats_string(struct sc *c, const struct pats *p, long mn, long mx)
 	c->autom[c->n_autom++].sym = nt;
 	char err[160];
 	struct gm_dfa *d = gm_dfa_new(p->re, p->len, p->n, err, sizeof err);
+	if (soft && (!d || gm_dfa_states(d) > SC_SOFT_STATES)) {
+		gm_dfa_free(d);
+		free(c->autom[--c->n_autom].key);
+		return 0;
+	}
 	if (!d)
 		return gmb_fail(c->b, "%s", err), 0;
 	uint32_t all = p->n == 32 ? ~0u : (1u << p->n) - 1;
@@ -419,12 +425,18 @@ static int32_t string(struct sc *c, const struct jv *s)
 	if (c->b->failed)
 		return 0;
 	int32_t body;
-	if (p.n == 1 && !p.neg && mn <= 0 && mx < 0 && !inner_anchor(p.re[0], p.len[0]))
-		body = gm_regex(c->b, p.re[0], p.len[0], true);
-	else if (p.n)
-		body = pats_string(c, &p, (long)mn, mx < 0 ? -1 : (long)mx);
-	else
+	/* a lone pattern as its automaton where it is small: the regex's
+	 * grammar may be ambiguous (`.+:.+` searched for), its Earley sets
+	 * growing with the string */
+	if (p.n == 1 && !p.neg && mn <= 0 && mx < 0 && !inner_anchor(p.re[0], p.len[0])) {
+		body = pats_string(c, &p, 0, -1, true);
+		if (!body && !c->b->failed)
+			body = gm_regex(c->b, p.re[0], p.len[0], true);
+	} else if (p.n) {
+		body = pats_string(c, &p, (long)mn, mx < 0 ? -1 : (long)mx, false);
+	} else {
 		body = gmb_rep(c->b, jchar(c), (long)mn, mx < 0 ? -1 : (long)mx);
+	}
 	return sc_seq3(c, sc_lit(c, "\""), body, sc_lit(c, "\""));
 }
 

@@ -426,6 +426,14 @@ START_TEST(test_fast_masks_equal_plain_walk)
 		{ "{\"type\":\"string\",\"pattern\":\"^[a-z]+-[0-9]+$\"}", "\"abc-123\"" },
 		{ "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date-time\"},"
 		  "\"n\":{\"type\":\"number\"}}}", "{\"d\":\"2024-01-02T03:04:05Z\",\"n\":-1.5e3}" },
+		/* a pattern as one automaton (left-linear): inside it the string
+		 * state takes every character but ':' back to itself */
+		{ "{\"type\":\"object\",\"properties\":{\"img\":{\"type\":\"string\",\"pattern\":\"(.+/)?.+:.+\"}}}",
+		  "{\"img\":\"docker.io/library/nginx:latest\"}" },
+		/* undeclared keys sorted by patternProperties (an automaton too) */
+		{ "{\"type\":\"object\",\"properties\":{\"alpha\":{\"type\":\"integer\"},\"beta\":{\"type\":\"integer\"}},"
+		  "\"patternProperties\":{\"^x-\":{\"type\":\"string\"}}}",
+		  "{\"alpha\":1,\"x-tag\":\"v\",\"other key here\":[true],\"al\":2}" },
 	};
 	size_t words = ((size_t)gm_vocab_size(v) + 31) / 32;
 	uint32_t *fast = malloc(words * sizeof *fast), *slow = malloc(words * sizeof *slow);

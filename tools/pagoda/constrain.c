@@ -128,6 +128,12 @@ static void mask(struct ctx *c, struct gm_matcher *m)
 		c->mismatches++;
 		if (c->verbose)
 			printf("mask mismatch at byte %zu: %d tokens, the plain walk %d\n", gm_matcher_pos(m), n, ns);
+		for (size_t i = 0, shown = 0; c->verbose && i < words * 32 && shown < 8; i++) {
+			if (!((c->mask[i / 32] ^ c->slow[i / 32]) >> (i % 32) & 1))
+				continue;
+			printf("  token %zu: %s\n", i, c->slow[i / 32] >> (i % 32) & 1 ? "plain only" : "fast only");
+			shown++;
+		}
 	}
 }
 
