@@ -196,7 +196,7 @@ static int32_t rep_upto(struct gm_b *b, int32_t sym, long n)
 	long bs = 1;
 	while (bs * bs < n)
 		bs++;
-	int32_t *v = malloc(bs * sizeof *v);
+	int32_t *v = calloc((size_t)bs, sizeof *v); /* calloc: GCC with ASan thinks malloc'd v read unset */
 	if (!v) {
 		gmb_fail(b, "out of memory");
 		return 0;
