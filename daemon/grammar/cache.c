@@ -39,6 +39,7 @@ static void grammar_free(struct gm_grammar *g)
 	free(g->nt_prods);
 	free(g->prod_pos);
 	free(g->nullable);
+	free(g->cnts);
 	free(g->terms);
 	free(g->src);
 	free(g);

@@ -16,6 +16,16 @@
 #define GM_TERM(i) (-(int32_t)(i) - 1)
 #define GM_TIDX(s) (-(s) - 1)
 
+/* Counted repetition: sym min..max times as one nonterminal (lhs) whose
+ * items carry the count in their position (GM_VPOS below), so a set
+ * holds one item however far the count is, and a count far from both
+ * bounds can be coded as one state (match.c). max GM_CNT_INF: none. */
+struct gm_cnt {
+	int32_t lhs, sym;
+	uint32_t min, max;
+};
+#define GM_CNT_INF UINT32_MAX
+
 struct gm_grammar {
 	atomic_int refs;
 	int n_nt, n_terms;
@@ -28,6 +38,8 @@ struct gm_grammar {
 	uint8_t *nullable;
 	uint64_t (*terms)[4];
 	size_t n_rhs;
+	struct gm_cnt *cnts;
+	int n_cnts;
 	/* cache bookkeeping (cache.c) */
 	uint64_t hash;
 	int kind;
@@ -70,6 +82,7 @@ struct gm_vocab {
 	uint32_t *sub_end;
 	uint8_t *plain_below;
 	uint8_t *height; /* the longest token below a node, in bytes past it (255: more) */
+	uint32_t max_len; /* the longest token, in bytes */
 };
 
 /* The characters a JSON string holds raw (all but '"', '\\' and controls),
@@ -83,6 +96,69 @@ extern const struct gm_shape gm_shapes[GM_N_SHAPES];
 /* Length of the string character at p (at most n bytes), 0 if none. */
 int gm_char_len(const uint8_t *p, size_t n);
 
+/* A position with GM_VPOS set is in counter (pos >> GM_VID_SHIFT) & GM_VID
+ * at count pos & GM_VCOUNT: before one more sym while below max, complete
+ * from min on (its completed item: count GM_VEND). The matcher codes a
+ * count at or above min and at least its reach below max as GM_VFAR, one
+ * below min by its reach as GM_VLOW: such items stay so when advanced. */
+#define GM_VPOS (1u << 31)
+#define GM_VID_SHIFT 20
+#define GM_VID 0x7FFu
+#define GM_VCOUNT 0xFFFFFu
+#define GM_VEND 0xFFFFFu
+#define GM_VFAR 0xFFFFEu
+#define GM_VLOW 0xFFFFDu
+#define GM_MAX_CNTS 2048
+#define GM_CNT_MAX 0xFFF00u /* larger bounds are built as blocks */
+
+static inline const struct gm_cnt *gm_cnt_of(const struct gm_grammar *g, uint32_t pos)
+{
+	return &g->cnts[pos >> GM_VID_SHIFT & GM_VID];
+}
+
+/* The symbol after the dot: GM_END where the item is complete. */
+static inline int32_t gm_sym(const struct gm_grammar *g, uint32_t pos)
+{
+	if (!(pos & GM_VPOS))
+		return g->rhs[pos];
+	uint32_t n = pos & GM_VCOUNT;
+	const struct gm_cnt *c = gm_cnt_of(g, pos);
+	if (n == GM_VEND || (n < GM_VLOW && n >= c->max))
+		return GM_END;
+	return c->sym;
+}
+
+static inline int32_t gm_lhs(const struct gm_grammar *g, uint32_t pos)
+{
+	return pos & GM_VPOS ? gm_cnt_of(g, pos)->lhs : g->pos_lhs[pos];
+}
+
+/* The position after the dot's symbol. An unbounded count past its
+ * minimum needs no counting: it becomes GM_VFAR for good. */
+static inline uint32_t gm_next(const struct gm_grammar *g, uint32_t pos)
+{
+	if (!(pos & GM_VPOS))
+		return pos + 1;
+	uint32_t n = pos & GM_VCOUNT;
+	if (n >= GM_VLOW)
+		return pos;
+	const struct gm_cnt *c = gm_cnt_of(g, pos);
+	if (c->max == GM_CNT_INF && n + 1 >= c->min)
+		return (pos & ~GM_VCOUNT) | GM_VFAR;
+	return pos + 1;
+}
+
+/* A counted item that may also complete here (not one at max: that one
+ * is complete itself). */
+static inline bool gm_vdone(const struct gm_grammar *g, uint32_t pos)
+{
+	uint32_t n = pos & GM_VCOUNT;
+	if (!(pos & GM_VPOS) || n == GM_VEND || n == GM_VLOW)
+		return false;
+	const struct gm_cnt *c = gm_cnt_of(g, pos);
+	return n == GM_VFAR || (n >= c->min && n < c->max);
+}
+
 struct gm_b {
 	struct { int32_t lhs; uint32_t pos; } *prods;
 	size_t n_prods, cap_prods;
@@ -91,6 +167,9 @@ struct gm_b {
 	uint64_t (*terms)[4];
 	int n_terms, cap_terms;
 	int32_t byte_term[256]; /* terminal of each single byte, 0 if none yet */
+	struct gm_cnt *cnts;
+	int n_cnts;
+	int32_t esc_nt[4], multibyte_nt; /* shared by gm_json_chars, + 1; 0: not built */
 	int n_nt;
 	bool failed;
 	char *err;

@@ -46,6 +46,9 @@ struct gm_vocab *gm_vocab_new(int n_vocab, const char *const *pieces, const int 
 struct gm_vocab *gm_vocab_from_tokenizer(const struct tokenizer *t);
 void gm_vocab_free(struct gm_vocab *v);
 int gm_vocab_size(const struct gm_vocab *v);
+/* The longest token, in bytes: counts this far from their bounds are alike
+ * to the masks. */
+int gm_vocab_longest(const struct gm_vocab *v);
 
 struct gm_matcher *gm_matcher_new(const struct gm_grammar *g, const struct gm_vocab *v);
 void gm_matcher_free(struct gm_matcher *m);

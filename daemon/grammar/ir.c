@@ -21,9 +21,11 @@ void gmb_free(struct gm_b *b)
 	free(b->prods);
 	free(b->syms);
 	free(b->terms);
+	free(b->cnts);
 	b->prods = NULL;
 	b->syms = NULL;
 	b->terms = NULL;
+	b->cnts = NULL;
 }
 
 void gmb_fail(struct gm_b *b, const char *fmt, ...)
@@ -216,6 +218,25 @@ static int32_t rep_upto(struct gm_b *b, int32_t sym, long n)
 	return tail;
 }
 
+/* sym min..max times as a counter (gm_cnt), or 0 where the grammar has
+ * as many as it can hold. */
+static int32_t rep_count(struct gm_b *b, int32_t sym, uint32_t min, uint32_t max)
+{
+	if (b->failed || b->n_cnts >= GM_MAX_CNTS)
+		return 0;
+	size_t cap = b->n_cnts;
+	if (!grow(b, (void **)&b->cnts, &cap, b->n_cnts + 1, sizeof *b->cnts) ||
+	    !grow(b, (void **)&b->prods, &b->cap_prods, b->n_prods + 1, sizeof *b->prods))
+		return 0;
+	int32_t nt = gmb_nt(b);
+	b->cnts[b->n_cnts] = (struct gm_cnt){ nt, sym, min, max };
+	b->prods[b->n_prods].lhs = nt;
+	b->prods[b->n_prods].pos = GM_VPOS | (uint32_t)b->n_cnts << GM_VID_SHIFT;
+	b->n_prods++;
+	b->n_cnts++;
+	return nt;
+}
+
 /* Unbounded repetition is left-recursive (S -> S x | eps): Earley then
  * keeps a constant number of items per byte, where right recursion would
  * grow them with the length. */
@@ -228,6 +249,12 @@ int32_t gmb_rep(struct gm_b *b, int32_t sym, long min, long max)
 	}
 	if (min == 1 && max == 1)
 		return sym;
+	/* large counts count: one item a set, and a state for far counts */
+	if ((max > REP_CHAIN && max < (long)GM_CNT_MAX) || (max < 0 && min > REP_CHAIN && min < (long)GM_CNT_MAX)) {
+		int32_t nt = rep_count(b, sym, (uint32_t)min, max < 0 ? GM_CNT_INF : (uint32_t)max);
+		if (nt || b->failed)
+			return nt;
+	}
 	int32_t tail;
 	if (max < 0) {
 		tail = gmb_nt(b);
@@ -435,12 +462,17 @@ struct gm_grammar *gmb_finish(struct gm_b *b, int32_t start)
 	g->nullable = calloc(g->n_nt, 1);
 	if (!g->pos_lhs || !g->nt_prods || !g->prod_pos || !g->nullable)
 		goto oom;
+	g->cnts = b->cnts;
+	g->n_cnts = b->n_cnts;
+	b->cnts = NULL;
 	for (size_t p = 0; p < b->n_prods; p++) {
 		uint32_t pos = b->prods[p].pos;
+		g->nt_prods[b->prods[p].lhs + 1]++;
+		if (pos & GM_VPOS)
+			continue;
 		do
 			g->pos_lhs[pos] = b->prods[p].lhs;
 		while (g->rhs[pos++] != GM_END);
-		g->nt_prods[b->prods[p].lhs + 1]++;
 	}
 	for (int i = 0; i < g->n_nt; i++)
 		g->nt_prods[i + 1] += g->nt_prods[i];
@@ -460,6 +492,15 @@ struct gm_grammar *gmb_finish(struct gm_b *b, int32_t start)
 			if (g->nullable[l])
 				continue;
 			uint32_t pos = b->prods[p].pos;
+			if (pos & GM_VPOS) {
+				/* a nullable sym may match empty any number of times */
+				const struct gm_cnt *c = gm_cnt_of(g, pos);
+				if (c->min && !(c->sym >= 0 && g->nullable[c->sym]))
+					continue;
+				g->nullable[l] = 1;
+				changed = true;
+				continue;
+			}
 			while (g->rhs[pos] >= 0 && g->nullable[g->rhs[pos]])
 				pos++;
 			if (g->rhs[pos] == GM_END) {
@@ -468,6 +509,11 @@ struct gm_grammar *gmb_finish(struct gm_b *b, int32_t start)
 			}
 		}
 	}
+	/* a count is not advanced over an empty sym (that would take an
+	 * item per count): a nullable sym's counter completes at any count */
+	for (int i = 0; i < g->n_cnts; i++)
+		if (g->cnts[i].sym >= 0 && g->nullable[g->cnts[i].sym])
+			g->cnts[i].min = 0;
 	g->start = (int32_t)b->prods[b->n_prods - 1].pos;
 	g->accept = g->start + 1;
 	atomic_init(&g->refs, 1);
@@ -482,6 +528,7 @@ oom:
 		free(g->nt_prods);
 		free(g->prod_pos);
 		free(g->nullable);
+		free(g->cnts);
 		free(g);
 	}
 	return NULL;

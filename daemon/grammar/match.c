@@ -17,6 +17,7 @@ struct gm_item {
 #define ST_MAX_ITEMS (8u << 20)
 #define ST_DEAD UINT32_MAX
 #define REL (1ull << 63)
+#define AT_ROOT 0x7fffffffull /* a distance standing for the walk's root */
 
 enum { LOOP_UNKNOWN, LOOP_NO, LOOP_YES };
 
@@ -84,9 +85,11 @@ struct gm_matcher {
 	bool done; /* an end-of-generation token was accepted */
 	bool oom;
 	bool slow; /* masks by the whole trie only (tests) */
+	uint32_t reach; /* the longest token: counts this far from a bound are alike */
 	struct stc cache; /* the mask walk's states, below */
 	size_t cache_hi;  /* the highest real set a cached state may name */
 	uint32_t *scode;  /* per set: its content code, SC_NONE until known */
+	struct byn **byn; /* per set: its items by the nonterminal after the dot, or NULL */
 	struct codes codes;
 	uint32_t *masks;  /* the last masks (without end-of-generation) */
 	uint32_t mkey[MASKS]; /* their roots' codes */
@@ -94,6 +97,28 @@ struct gm_matcher {
 };
 
 static bool hash_grow(struct gm_matcher *m);
+
+/* Position pos as states are compared: a counter's count at least the
+ * longest token from its bounds as GM_VFAR or GM_VLOW. No walk from there
+ * reaches a bound (each counted symbol takes a byte), and what a walk
+ * finds out from such a state (that it loops, or takes a run) is used
+ * only for the tokens below it. */
+static uint32_t code_pos(const struct gm_matcher *m, uint32_t pos)
+{
+	uint32_t n = pos & GM_VCOUNT;
+	if (!(pos & GM_VPOS) || n >= GM_VLOW)
+		return pos;
+	const struct gm_cnt *c = gm_cnt_of(m->g, pos);
+	uint32_t r = m->reach;
+	if (c->max != GM_CNT_INF && (c->max < r || n > c->max - r))
+		return pos;
+	if (n >= c->min)
+		return (pos & ~GM_VCOUNT) | GM_VFAR;
+	return c->min - n >= r ? (pos & ~GM_VCOUNT) | GM_VLOW : pos;
+}
+
+/* Sort items and drop repeats: counts coded alike may repeat. */
+static size_t sort_unique(uint64_t *a, size_t n);
 static void stc_clear(struct stc *c);
 static void stc_free(struct stc *c);
 
@@ -170,26 +195,87 @@ static bool hash_grow(struct gm_matcher *m)
 	return true;
 }
 
+/* A large set's items waiting for a nonterminal, sorted by it: completing
+ * into the set takes a binary search, not a pass over every item. Built
+ * the first time a completion looks into the set, dropped with it. */
+struct byn {
+	uint32_t n;
+	struct byn_item {
+		int32_t sym;
+		uint32_t pos, origin;
+	} it[];
+};
+
+#define BYN_MIN 48 /* smaller sets are scanned */
+
+static int cmp_byn(const void *a, const void *b)
+{
+	const struct byn_item *x = a, *y = b;
+	if (x->sym != y->sym)
+		return x->sym < y->sym ? -1 : 1;
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static struct byn *byn_build(struct gm_matcher *m, size_t o)
+{
+	size_t from = m->sets[o], to = m->sets[o + 1], n = 0;
+	struct byn *b = malloc(sizeof *b + (to - from) * sizeof b->it[0]);
+	if (!b)
+		return NULL;
+	for (size_t j = from; j < to; j++) {
+		int32_t sym = gm_sym(m->g, m->it[j].pos);
+		if (sym >= 0)
+			b->it[n++] = (struct byn_item){ sym, m->it[j].pos, m->it[j].origin };
+	}
+	b->n = (uint32_t)n;
+	qsort(b->it, n, sizeof b->it[0], cmp_byn);
+	return b;
+}
+
+/* Advance the items of set o that wait for lhs. */
+static void complete(struct gm_matcher *m, size_t o, int32_t lhs)
+{
+	const struct gm_grammar *g = m->g;
+	size_t from = m->sets[o], end = m->sets[o + 1];
+	if (end - from < BYN_MIN || (!m->byn[o] && !(m->byn[o] = byn_build(m, o)))) {
+		for (size_t j = from; j < end; j++)
+			if (gm_sym(g, m->it[j].pos) == lhs)
+				add(m, gm_next(g, m->it[j].pos), m->it[j].origin);
+		return;
+	}
+	const struct byn *b = m->byn[o];
+	uint32_t lo = 0, hi = b->n;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		if (b->it[mid].sym < lhs)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < b->n && b->it[lo].sym == lhs; lo++)
+		add(m, gm_next(g, b->it[lo].pos), b->it[lo].origin);
+}
+
 static void closure(struct gm_matcher *m, uint32_t k)
 {
 	const struct gm_grammar *g = m->g;
 	for (size_t i = m->sets[k]; i < m->n_it && !m->oom; i++) {
 		struct gm_item x = m->it[i];
-		int32_t sym = g->rhs[x.pos];
+		int32_t sym = gm_sym(g, x.pos);
 		if (sym == GM_END) {
 			if (x.origin == k)
 				continue;
-			int32_t lhs = g->pos_lhs[x.pos];
-			size_t end = m->sets[x.origin + 1];
-			for (size_t j = m->sets[x.origin]; j < end; j++)
-				if (g->rhs[m->it[j].pos] == lhs)
-					add(m, m->it[j].pos + 1, m->it[j].origin);
-		} else if (sym >= 0) {
+			complete(m, x.origin, gm_lhs(g, x.pos));
+			continue;
+		}
+		if (sym >= 0) {
 			for (uint32_t p = g->nt_prods[sym]; p < g->nt_prods[sym + 1]; p++)
 				add(m, g->prod_pos[p], k);
-			if (g->nullable[sym])
+			if (g->nullable[sym] && !(x.pos & GM_VPOS))
 				add(m, x.pos + 1, x.origin);
 		}
+		if (gm_vdone(g, x.pos))
+			add(m, x.pos | GM_VEND, x.origin);
 	}
 }
 
@@ -202,13 +288,17 @@ static bool set_push(struct gm_matcher *m)
 		uint32_t *c = n ? realloc(m->scode, m->cap_sets * 2 * sizeof *c) : NULL;
 		if (c)
 			m->scode = c;
-		if (!n || !c) {
+		struct byn **y = c ? realloc(m->byn, m->cap_sets * 2 * sizeof *y) : NULL;
+		if (y)
+			m->byn = y;
+		if (!n || !c || !y) {
 			m->oom = true;
 			return false;
 		}
 		m->cap_sets *= 2;
 	}
 	m->scode[m->n_sets] = SC_NONE;
+	m->byn[m->n_sets] = NULL;
 	m->sets[m->n_sets++] = (uint32_t)m->n_it;
 	new_gen(m);
 	return true;
@@ -217,6 +307,10 @@ static bool set_push(struct gm_matcher *m)
 static inline void pop(struct gm_matcher *m)
 {
 	m->n_it = m->sets[--m->n_sets];
+	if (m->byn[m->n_sets]) {
+		free(m->byn[m->n_sets]);
+		m->byn[m->n_sets] = NULL;
+	}
 }
 
 /* Scan byte c from the last set into a new one: false if none takes it. */
@@ -229,9 +323,9 @@ static bool push(struct gm_matcher *m, uint8_t c)
 	uint64_t bit = 1ull << (c & 63);
 	int w = c >> 6;
 	for (size_t j = from; j < to; j++) {
-		int32_t sym = g->rhs[m->it[j].pos];
+		int32_t sym = gm_sym(g, m->it[j].pos);
 		if (sym < 0 && sym != GM_END && (g->terms[GM_TIDX(sym)][w] & bit))
-			add(m, m->it[j].pos + 1, m->it[j].origin);
+			add(m, gm_next(g, m->it[j].pos), m->it[j].origin);
 	}
 	if (m->n_it == m->sets[m->n_sets - 1] || m->oom) {
 		pop(m);
@@ -252,15 +346,17 @@ struct gm_matcher *gm_matcher_new(const struct gm_grammar *g, const struct gm_vo
 		return NULL;
 	m->g = g;
 	m->v = v;
+	m->reach = v->max_len;
 	m->cap_it = 256;
 	m->cap_sets = 256;
 	m->hcap = 256;
 	m->it = malloc(m->cap_it * sizeof *m->it);
 	m->sets = malloc(m->cap_sets * sizeof *m->sets);
 	m->scode = malloc(m->cap_sets * sizeof *m->scode);
+	m->byn = malloc(m->cap_sets * sizeof *m->byn);
 	m->hkey = malloc(m->hcap * sizeof *m->hkey);
 	m->hgen = calloc(m->hcap, sizeof *m->hgen);
-	if (!m->it || !m->sets || !m->scode || !m->hkey || !m->hgen)
+	if (!m->it || !m->sets || !m->scode || !m->byn || !m->hkey || !m->hgen)
 		goto fail;
 	set_push(m);
 	add(m, (uint32_t)g->start, 0);
@@ -280,6 +376,10 @@ void gm_matcher_free(struct gm_matcher *m)
 	free(m->it);
 	free(m->sets);
 	free(m->scode);
+	if (m->byn)
+		for (size_t k = 0; k < m->n_sets; k++)
+			free(m->byn[k]);
+	free(m->byn);
 	free(m->masks);
 	free(m->codes.items);
 	free(m->codes.hash);
@@ -351,9 +451,11 @@ int gm_matcher_accept_token(struct gm_matcher *m, int32_t tok)
  *
  * A set's future depends only on its items that are not complete, and on
  * the sets their origins name. Origins before the walk's root are real
- * sets that never change (until a rollback); the root and deeper ones are
- * coded as (distance, state of that set), the root's own items as distance
- * 0. Two sets with the same coded items therefore take the same bytes to
+ * sets that never change (until a rollback); deeper ones are coded as
+ * (distance, state of that set), the set's own items as distance 0, and
+ * the root by its state alone: a set that looks back only to the root is
+ * one state at any depth (a key that left every declared name loops).
+ * Two sets with the same coded items therefore take the same bytes to
  * the same states, and the walk remembers (state, byte) -> state: a set is
  * built only where the cache has not seen the step yet, and roots that
  * differ only in where they are (inside one JSON string) share it all. */
@@ -450,7 +552,7 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 	uint64_t *cp = c->code + c->n_items;
 	for (size_t j = from; j < to; j++) {
 		uint32_t pos = m->it[j].pos, o = m->it[j].origin;
-		int32_t sym = g->rhs[pos];
+		int32_t sym = gm_sym(g, pos);
 		if (sym == GM_END)
 			continue;
 		if (sym < 0) {
@@ -458,8 +560,9 @@ static uint32_t intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, 
 			for (int w = 0; w < 4; w++)
 				st->ok[w] |= t[w];
 		}
-		uint64_t code = o < b ? o : REL | (uint64_t)(k - o) << 32 | (o == k ? 0 : path[o - b]);
-		pp[st->n] = pos;
+		uint64_t code = o < b ? o : o == k ? REL : o == b ? REL | AT_ROOT << 32 | path[0]
+							: REL | (uint64_t)(k - o) << 32 | path[o - b];
+		pp[st->n] = code_pos(m, pos);
 		cp[st->n] = code;
 		st->n++;
 	}
@@ -559,7 +662,8 @@ static bool materialize(struct walk *w, size_t d)
 				m->cap_it *= 2;
 			}
 			uint64_t code = w->c->code[st->off + j];
-			uint32_t o = code & REL ? (uint32_t)(k - (code >> 32 & 0x7fffffff)) : (uint32_t)code;
+			uint64_t dist = code >> 32 & AT_ROOT;
+			uint32_t o = !(code & REL) ? (uint32_t)code : dist == AT_ROOT ? (uint32_t)w->base : (uint32_t)(k - dist);
 			m->it[m->n_it++] = (struct gm_item){ w->c->pos[st->off + j], o };
 		}
 	}
@@ -577,7 +681,7 @@ static void byte_reps(const struct gm_matcher *m, uint8_t *rep)
 	const uint64_t *terms[64];
 	int nt = 0;
 	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it; j++) {
-		int32_t sym = m->g->rhs[m->it[j].pos];
+		int32_t sym = gm_sym(m->g, m->it[j].pos);
 		if (sym >= 0 || sym == GM_END)
 			continue;
 		const uint64_t *t = m->g->terms[GM_TIDX(sym)];
@@ -721,6 +825,16 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static size_t sort_unique(uint64_t *a, size_t n)
+{
+	qsort(a, n, sizeof *a, cmp_u64);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!k || a[i] != a[k - 1])
+			a[k++] = a[i];
+	return k;
+}
+
 /* The last set's items that are not complete, origins made independent of
  * where the set is: before the root as they are, the root and the set
  * itself marked. -1 if an item starts inside a character, or on OOM. */
@@ -743,7 +857,7 @@ static long canon(struct loop *l, uint64_t **out)
 	uint64_t *o = l->have ? l->tmp : l->want;
 	for (size_t j = from; j < m->n_it; j++) {
 		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
-		if (m->g->rhs[pos] == GM_END)
+		if (gm_sym(m->g, pos) == GM_END)
 			continue;
 		uint32_t c;
 		if (org < l->base)
@@ -756,9 +870,9 @@ static long canon(struct loop *l, uint64_t **out)
 			c = C_ANCHOR;
 		else
 			return -1;
-		o[n++] = (uint64_t)pos << 32 | c;
+		o[n++] = (uint64_t)code_pos(m, pos) << 32 | c;
 	}
-	qsort(o, n, sizeof *o, cmp_u64);
+	n = sort_unique(o, n);
 	*out = o;
 	return (long)n;
 }
@@ -776,7 +890,7 @@ static int group_bytes(const struct gm_matcher *m, uint8_t lo, uint8_t hi, uint8
 	int nt = 0;
 	bool all = false;
 	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it && !all; j++) {
-		int32_t sym = m->g->rhs[m->it[j].pos];
+		int32_t sym = gm_sym(m->g, m->it[j].pos);
 		if (sym >= 0 || sym == GM_END)
 			continue;
 		const uint64_t *t = m->g->terms[GM_TIDX(sym)];
@@ -951,15 +1065,16 @@ static bool like_root(const struct gm_matcher *m, size_t base, const uint64_t *i
 	bool same = o != NULL;
 	for (size_t j = m->sets[base]; same && j < m->sets[base + 1]; j++) {
 		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
-		if (m->g->rhs[pos] == GM_END)
+		if (gm_sym(m->g, pos) == GM_END)
 			continue;
 		if (k == n)
 			same = false;
 		else
-			o[k++] = (uint64_t)pos << 32 | (org == base ? C_SELF : org);
+			o[k++] = (uint64_t)code_pos(m, pos) << 32 | (org == base ? C_SELF : org);
 	}
+	if (same)
+		k = sort_unique(o, k);
 	if (same && k == n) {
-		qsort(o, k, sizeof *o, cmp_u64);
 		same = !memcmp(o, items, n * sizeof *o);
 	} else {
 		same = false;
@@ -1195,7 +1310,7 @@ static uint32_t set_code(struct gm_matcher *m, size_t k)
 	size_t from = m->sets[k], to = k + 1 < m->n_sets ? m->sets[k + 1] : m->n_it;
 	for (size_t j = from; j < to; j++) {
 		uint32_t o = m->it[j].origin;
-		if (g->rhs[m->it[j].pos] != GM_END && o != k && set_code(m, o) == SC_NONE)
+		if (gm_sym(g, m->it[j].pos) != GM_END && o != k && set_code(m, o) == SC_NONE)
 			return SC_NONE;
 	}
 	struct codes *t = &m->codes;
@@ -1204,10 +1319,10 @@ static uint32_t set_code(struct gm_matcher *m, size_t k)
 	uint32_t n = 0;
 	for (size_t j = from; j < to; j++) {
 		uint32_t pos = m->it[j].pos, o = m->it[j].origin;
-		if (g->rhs[pos] != GM_END)
-			t->tmp[n++] = (uint64_t)pos << 32 | (o == k ? C_SELF : m->scode[o]);
+		if (gm_sym(g, pos) != GM_END)
+			t->tmp[n++] = (uint64_t)code_pos(m, pos) << 32 | (o == k ? C_SELF : m->scode[o]);
 	}
-	qsort(t->tmp, n, sizeof *t->tmp, cmp_u64);
+	n = (uint32_t)sort_unique(t->tmp, n);
 	return m->scode[k] = codes_intern(t, t->tmp, n);
 }
 

@@ -458,6 +458,45 @@ int32_t gm_regex(struct gm_b *b, const char *re, size_t len, bool json)
 	return s;
 }
 
+/* A backslash and what follows it for every control character (short
+ * forms where JSON has them), and for '"' and '\\' as asked: one
+ * alternative where each escape would be its own, and a parser state
+ * inside a string holds a handful of items, not dozens. */
+static int32_t esc_all(struct gm_b *b, bool quote, bool bslash)
+{
+	int32_t *nt = &b->esc_nt[quote * 2 + bslash];
+	if (*nt)
+		return *nt - 1;
+	uint64_t one[4] = { 0 };
+	const char *shorts = quote ? (bslash ? "bfnrt\"\\" : "bfnrt\"") : bslash ? "bfnrt\\" : "bfnrt";
+	for (const char *c = shorts; *c; c++)
+		one[(uint8_t)*c >> 6] |= 1ull << (*c & 63);
+	/* \u00XX for the controls without a short form, lowercase hex */
+	uint64_t lo0[4] = { 0 }, hex[4] = { 0 };
+	for (const char *c = "01234567bef"; *c; c++)
+		lo0[(uint8_t)*c >> 6] |= 1ull << (*c & 63);
+	for (const char *c = "0123456789abcdef"; *c; c++)
+		hex[(uint8_t)*c >> 6] |= 1ull << (*c & 63);
+	int32_t u0[2] = { gmb_byte(b, '0'), gmb_set(b, lo0) }, u1[2] = { gmb_byte(b, '1'), gmb_set(b, hex) };
+	int32_t last[2] = { gmb_seq(b, u0, 2), gmb_seq(b, u1, 2) };
+	int32_t u[4] = { gmb_byte(b, 'u'), gmb_byte(b, '0'), gmb_byte(b, '0'), gmb_alt(b, last, 2) };
+	int32_t tail[2] = { gmb_set(b, one), gmb_seq(b, u, 4) };
+	int32_t e[2] = { gmb_byte(b, '\\'), gmb_alt(b, tail, 2) };
+	int32_t r = gmb_seq(b, e, 2);
+	*nt = r + 1;
+	return r;
+}
+
+/* Every character of two bytes or more (surrogates excluded). */
+static int32_t multibyte_all(struct gm_b *b)
+{
+	if (!b->multibyte_nt) {
+		const uint32_t r[1][2] = { { 0x80, 0x10FFFF } };
+		b->multibyte_nt = gmb_cps(b, r, 1) + 1;
+	}
+	return b->multibyte_nt - 1;
+}
+
 int32_t gm_json_chars(struct gm_b *b, const struct gm_cps *s)
 {
 	static const char *esc[32] = { ['\b'] = "\\b", ['\f'] = "\\f", ['\n'] = "\\n",
@@ -465,9 +504,10 @@ int32_t gm_json_chars(struct gm_b *b, const struct gm_cps *s)
 	struct gm_cps raw = { 0 };
 	int32_t alts[40];
 	int n = 0;
+	bool ctl = s->n > 0 && s->r[0][0] == 0 && s->r[0][1] >= 0x1F, quote = false, bslash = false;
 	for (int i = 0; i < s->n; i++) {
 		uint32_t lo = s->r[i][0], hi = s->r[i][1];
-		for (uint32_t c = lo; c <= hi && c < 0x20; c++) {
+		for (uint32_t c = lo; !ctl && c <= hi && c < 0x20; c++) {
 			char u[8];
 			const char *e = esc[c];
 			if (!e) {
@@ -478,10 +518,8 @@ int32_t gm_json_chars(struct gm_b *b, const struct gm_cps *s)
 			}
 			alts[n++] = gmb_lit(b, e, strlen(e));
 		}
-		if (lo <= '"' && hi >= '"')
-			alts[n++] = gmb_lit(b, "\\\"", 2);
-		if (lo <= '\\' && hi >= '\\')
-			alts[n++] = gmb_lit(b, "\\\\", 2);
+		quote |= lo <= '"' && hi >= '"';
+		bslash |= lo <= '\\' && hi >= '\\';
 		if (lo < 0x20)
 			lo = 0x20;
 		/* the raw part: all but '"' and '\\' */
@@ -498,13 +536,41 @@ int32_t gm_json_chars(struct gm_b *b, const struct gm_cps *s)
 		if (lo <= hi)
 			cps_add(&raw, lo, hi);
 	}
+	if (ctl) {
+		alts[n++] = esc_all(b, quote, bslash);
+	} else {
+		if (quote)
+			alts[n++] = gmb_lit(b, "\\\"", 2);
+		if (bslash)
+			alts[n++] = gmb_lit(b, "\\\\", 2);
+	}
 	if (cps_failed(&raw)) {
 		gmb_fail(b, "out of memory");
 		return 0;
 	}
-	if (raw.n > 0)
-		alts[n++] = gmb_cps(b, (const uint32_t(*)[2])raw.r, raw.n);
+	/* the one-byte characters as one terminal; the rest shared where whole */
+	uint64_t ascii[4] = { 0 };
+	bool any = false;
+	struct gm_cps wide = { 0 };
+	for (int i = 0; i < raw.n; i++) {
+		uint32_t lo = raw.r[i][0], hi = raw.r[i][1];
+		for (uint32_t c = lo; c <= hi && c < 0x80; c++, any = true)
+			ascii[c >> 6] |= 1ull << (c & 63);
+		if (hi >= 0x80)
+			cps_add(&wide, lo < 0x80 ? 0x80 : lo, hi);
+	}
 	cps_free(&raw);
+	if (any)
+		alts[n++] = gmb_set(b, ascii);
+	if (cps_failed(&wide)) {
+		gmb_fail(b, "out of memory");
+		return 0;
+	}
+	if (wide.n == 1 && wide.r[0][0] == 0x80 && wide.r[0][1] >= 0x10FFFF)
+		alts[n++] = multibyte_all(b);
+	else if (wide.n > 0)
+		alts[n++] = gmb_cps(b, (const uint32_t(*)[2])wide.r, wide.n);
+	cps_free(&wide);
 	if (n == 0)
 		return gmb_none(b);
 	return gmb_alt(b, alts, n);

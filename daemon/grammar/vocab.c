@@ -255,6 +255,8 @@ struct gm_vocab *gm_vocab_new(int n_vocab, const char *const *pieces, const int 
 		memcpy(v->blob + at, pieces[i], l);
 		v->off[i] = (uint32_t)at;
 		v->len[i] = (uint32_t)l;
+		if ((uint32_t)l > v->max_len)
+			v->max_len = (uint32_t)l;
 		at += l;
 		if (eog && eog[i]) {
 			v->eog[i] = 1;
@@ -307,4 +309,9 @@ void gm_vocab_free(struct gm_vocab *v)
 int gm_vocab_size(const struct gm_vocab *v)
 {
 	return v->n_vocab;
+}
+
+int gm_vocab_longest(const struct gm_vocab *v)
+{
+	return (int)v->max_len;
 }

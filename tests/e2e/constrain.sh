@@ -65,6 +65,32 @@ grep -q "unsupported keyword 'not'" "$dir/err" && ok || bad "the refusal does no
 
 # llama.cpp's grammars/*.gbnf and test-grammar-integration: tests/e2e/llama_grammar.sh
 
+# Counted repetition (maxLength, minItems, {n}): a count far from its
+# bounds is one state to the masks (match.c), so near a bound each mask is
+# checked against every token tried and rolled back, with bounds on both
+# sides of the longest tokens (gpt-2's: 128 bytes).
+python3 - "$dir/counts" <<'PY' || bad "count schemas"
+import json, sys
+d = lambda v: json.dumps(v, separators=(",", ":"))
+out = []
+for mx in (60, 127, 128, 129, 200):
+    out.append("S\t" + d({"type": "string", "maxLength": mx}))
+    out.append("V\t" + d(("word " * 60)[:mx - 20] + " " * 16 + "end!"))
+    out.append("I\t" + d("x" * (mx + 1)))
+out.append("S\t" + d({"type": "string", "minLength": 150, "maxLength": 290}))
+out.append("V\t" + d(("lorem ipsum " * 30)[:170]))
+out.append("I\t" + d("short"))
+out.append("S\t" + d({"type": "array", "items": {"type": "integer"}, "minItems": 18, "maxItems": 20}))
+out.append("V\t" + d(list(range(19))))
+out.append("I\t" + d(list(range(21))))
+out.append("S\t" + d({"type": "string", "pattern": "^[a-z0-9_-]{40}$"}))
+out.append("V\t" + d("abcdefghij" * 4))
+open(sys.argv[1], "w").write("\n".join(out) + "\n")
+PY
+"$P" constrain -m "$T/vocab/ggml-vocab-gpt-2.gguf" --sweep "$dir/counts" --all-masks --check-exact -v > "$dir/out"
+grep -q "^masks unlike the tokens taken: 0$" "$dir/out" && grep -q "refused: 0$" "$dir/out" &&
+	grep -q "^invalid instances: 7, refused: 7 " "$dir/out" && ok || bad "counted masks: $(cat "$dir/out")"
+
 every=7
 [ "${1:-}" = full ] && every=1
 python3 "$(dirname "$0")/jsonschema_lines.py" "$T/jsonschema" --every $every > "$dir/lines" || bad "jsonschema_lines.py"

@@ -75,6 +75,7 @@ struct ctx {
 	bool spm;
 	struct lat mask_ns;
 	bool bench, verbose;
+	bool exact; /* --check-exact: try every token against each mask */
 	bool timed; /* --bench times this walk's masks (valid instances only) */
 	long mismatches;
 	struct worst *worst;
@@ -107,8 +108,34 @@ static void worst_print(struct ctx *c)
 		       c->worst[i].schema, c->worst[i].pos, c->worst[i].ctx);
 }
 
+/* Every token tried by accepting it and rolling back: the mask must
+ * hold exactly those taken. */
+static void try_tokens(struct ctx *c, struct gm_matcher *m)
+{
+	size_t at = gm_matcher_pos(m);
+	long wrong = 0;
+	for (int id = 0; id < tok_n_vocab(c->t); id++) {
+		bool took = gm_matcher_accept_token(m, id) == 0;
+		if (took)
+			gm_matcher_rollback(m, at);
+		if (took == (bool)(c->mask[id >> 5] >> (id & 31) & 1))
+			continue;
+		if (c->verbose && wrong < 8) {
+			char piece[256];
+			int pl = tok_piece(c->t, id, false, piece, sizeof piece - 1);
+			piece[pl > 0 ? pl : 0] = 0;
+			printf("mask wrong at byte %zu: token %d '%s' %s\n", at, id, piece,
+			       took ? "taken, not in the mask" : "in the mask, not taken");
+		}
+		wrong++;
+	}
+	if (wrong)
+		c->mismatches++;
+}
+
 /* The mask now, timed for --bench; with --check-fast also the plain
- * walk's, which must be the same. */
+ * walk's, which must be the same; with --check-exact, tried token by
+ * token. */
 static void mask(struct ctx *c, struct gm_matcher *m)
 {
 	uint64_t t0 = now_ns();
@@ -118,6 +145,8 @@ static void mask(struct ctx *c, struct gm_matcher *m)
 		lat_add(&c->mask_ns, ns);
 		worst_add(c, ns, gm_matcher_pos(m));
 	}
+	if (c->exact)
+		try_tokens(c, m);
 	if (!c->slow)
 		return;
 	gm_matcher_slow(m, true);
@@ -273,8 +302,8 @@ static int sweep(struct ctx *c, const char *path, bool all_masks)
 	       ni ? 100.0 * ni_refused / ni : 0.0, ni - ni_refused);
 	if (skipped)
 		printf("instances not representable (skipped): %ld\n", skipped);
-	if (c->slow)
-		printf("masks unlike the plain walk's: %ld\n", c->mismatches);
+	if (c->slow || c->exact)
+		printf("masks unlike the %s: %ld\n", c->exact ? "tokens taken" : "plain walk's", c->mismatches);
 	if (c->bench) {
 		lat_print("compile", &compile_ns);
 		lat_print("mask", &c->mask_ns);
@@ -296,6 +325,8 @@ static int usage(FILE *f)
 		   "                first 4 tokens of each schema's first valid instance; the\n"
 		   "                rest is walked, which takes the same parser steps)\n"
 		   "  --check-fast  compare every mask with the plain trie walk's (exit 2 if unlike)\n"
+		   "  --check-exact compare every mask with the tokens the matcher takes, each\n"
+		   "                tried and rolled back (slow: the whole vocabulary a mask)\n"
 		   "  --worst N     with --bench, list the N slowest masks (schema, byte, text before)\n");
 	return f == stdout ? 0 : 2;
 }
@@ -304,7 +335,7 @@ int cmd_constrain(int argc, char **argv)
 {
 	const char *model = NULL, *file = NULL, *re = NULL, *sweep_file = NULL;
 	enum gm_kind kind = GM_NONE;
-	bool bench = false, all_masks = false, verbose = false, check_fast = false;
+	bool bench = false, all_masks = false, verbose = false, check_fast = false, check_exact = false;
 	int n_worst = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -330,6 +361,8 @@ int cmd_constrain(int argc, char **argv)
 			all_masks = true;
 		} else if (!strcmp(a, "--check-fast")) {
 			check_fast = true;
+		} else if (!strcmp(a, "--check-exact")) {
+			check_exact = true;
 		} else if (!strcmp(a, "--worst")) {
 			const char *v = opt_value(argc, argv, &i);
 			if (!v)
@@ -352,7 +385,8 @@ int cmd_constrain(int argc, char **argv)
 		return 1;
 	}
 	gguf_close(gf);
-	struct ctx c = { .t = t, .bench = bench, .verbose = verbose, .spm = !strcmp(tok_model_name(t), "llama") };
+	struct ctx c = { .t = t, .bench = bench, .verbose = verbose, .exact = check_exact,
+			 .spm = !strcmp(tok_model_name(t), "llama") };
 	uint64_t t0 = now_ns();
 	c.v = gm_vocab_from_tokenizer(t);
 	c.mask = malloc(((size_t)tok_n_vocab(t) + 31) / 32 * sizeof *c.mask);
@@ -365,7 +399,8 @@ int cmd_constrain(int argc, char **argv)
 		return 1;
 	}
 	if (bench)
-		printf("vocabulary trie: %d tokens in %.1f ms\n", tok_n_vocab(t), (now_ns() - t0) / 1e6);
+		printf("vocabulary trie: %d tokens (the longest %d bytes) in %.1f ms\n", tok_n_vocab(t),
+		       gm_vocab_longest(c.v), (now_ns() - t0) / 1e6);
 	int rc;
 	if (sweep_file) {
 		rc = sweep(&c, sweep_file, all_masks);
