@@ -19,7 +19,7 @@
 /* Counted repetition: sym min..max times as one nonterminal (lhs) whose
  * items carry the count in their position (GM_VPOS below), so a set
  * holds one item however far the count is, and a count far from both
- * bounds can be coded as one state (match.c). max GM_CNT_INF: none. */
+ * bounds can be coded as one state (mask.c). max GM_CNT_INF: none. */
 struct gm_cnt {
 	int32_t lhs, sym;
 	uint32_t min, max;
@@ -65,7 +65,7 @@ struct gm_vocab {
 	int32_t *eog_ids;
 	int n_eog;
 	/* The split for parser states that loop on JSON string characters
-	 * (match.c): plain tokens are made of such characters only (a
+	 * (loop.c): plain tokens are made of such characters only (a
 	 * bitmask); tail1 and tail2 hold the other tokens that start with
 	 * one or with more of them, keyed by what follows that run; head the
 	 * tokens that do not start with one. NULL plain: no split. */

@@ -1,4 +1,4 @@
-// fuzz-sources: daemon/grammar/ir.c daemon/grammar/match.c daemon/grammar/vocab.c daemon/grammar/gbnf.c daemon/grammar/regex.c daemon/grammar/schema.c daemon/grammar/schema_num.c daemon/grammar/schema_not.c daemon/grammar/redfa.c daemon/grammar/jsonv.c daemon/grammar/cache.c
+// fuzz-sources: daemon/grammar/ir.c daemon/grammar/match.c daemon/grammar/mask.c daemon/grammar/loop.c daemon/grammar/vocab.c daemon/grammar/gbnf.c daemon/grammar/regex.c daemon/grammar/schema.c daemon/grammar/schema_num.c daemon/grammar/schema_not.c daemon/grammar/redfa.c daemon/grammar/jsonv.c daemon/grammar/cache.c
 /* libFuzzer target: the three compilers (the first byte picks JSON Schema,
  * regex, GBNF, or a regex as a JSON Schema pattern with a length, which
  * takes the automaton path; the rest is the source) and, on what compiles, the mask

@@ -1,0 +1,422 @@
+/* daemon/grammar/loop.c — the mask walk's shortcuts where the parser loops
+ * on JSON string characters (or takes a run of them). */
+#include "daemon/grammar/match_int.h"
+
+#include <string.h>
+
+/* ---- states that loop on string characters ----------------------------
+ *
+ * Inside a JSON string every raw character (gm_shapes) takes the parser
+ * from one state to the same next one. Where the root R takes every
+ * character to one state S1 and S1 takes every character back to itself,
+ * every token made of such characters is allowed (the vocabulary's plain
+ * bitmask), a token that starts with some of them is decided by its tail
+ * walked from S1, and only the tokens that start otherwise are walked from
+ * R: a few thousand trie nodes instead of the whole vocabulary. */
+
+#define LOOP_MAX_PUSHES 512
+#define LOOP_DEPTH 3
+
+struct loop {
+	struct gm_matcher *m;
+	size_t base;
+	size_t anchor; /* where S1 is, when past it; 0: not */
+	uint64_t *want, *tmp; /* S1's canonical items, the set's at hand */
+	size_t n_want, cap;
+	bool have;
+	int pushes;
+};
+
+/* The last set's items that are not complete, origins made independent of
+ * where the set is: before the root as they are, the root and the set
+ * itself marked. -1 if an item starts inside a character, or on OOM. */
+static long canon(struct loop *l, uint64_t **out)
+{
+	struct gm_matcher *m = l->m;
+	size_t k = m->n_sets - 1, from = m->sets[k], n = 0;
+	if (m->n_it - from > l->cap) {
+		size_t cap = (m->n_it - from) * 2;
+		uint64_t *a = realloc(l->want, cap * sizeof *a), *b;
+		if (a)
+			l->want = a;
+		b = a ? realloc(l->tmp, cap * sizeof *b) : NULL;
+		if (b)
+			l->tmp = b;
+		if (!a || !b)
+			return m->oom = true, -1;
+		l->cap = cap;
+	}
+	uint64_t *o = l->have ? l->tmp : l->want;
+	for (size_t j = from; j < m->n_it; j++) {
+		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
+		if (gm_sym(m->g, pos) == GM_END)
+			continue;
+		uint32_t c;
+		if (org < l->base)
+			c = org;
+		else if (org == l->base)
+			c = C_ROOT;
+		else if (org == k)
+			c = C_SELF;
+		else if (org == l->anchor)
+			c = C_ANCHOR;
+		else
+			return -1;
+		o[n++] = (uint64_t)gmm_code_pos(m, pos) << 32 | c;
+	}
+	n = gmm_sort_unique(o, n);
+	*out = o;
+	return (long)n;
+}
+
+/* Bytes a and b are scanned by the same items of the last set. */
+/* Group bytes lo..hi by the items of the last set that scan them (only
+ * the terminals that take some byte of the range tell them apart): each
+ * byte's group in grp, one byte of each in reps. Returns the groups. */
+static int group_bytes(const struct gm_matcher *m, uint8_t lo, uint8_t hi, uint8_t *grp, uint8_t *reps)
+{
+	uint64_t range[4] = { 0 };
+	for (int b = lo; b <= hi; b++)
+		range[b >> 6] |= 1ull << (b & 63);
+	const uint64_t *terms[64];
+	int nt = 0;
+	bool all = false;
+	for (size_t j = m->sets[m->n_sets - 1]; j < m->n_it && !all; j++) {
+		int32_t sym = gm_sym(m->g, m->it[j].pos);
+		if (sym >= 0 || sym == GM_END)
+			continue;
+		const uint64_t *t = m->g->terms[GM_TIDX(sym)];
+		if (!((t[0] & range[0]) | (t[1] & range[1]) | (t[2] & range[2]) | (t[3] & range[3])))
+			continue;
+		if (nt == 64)
+			all = true; /* too many to tell apart cheaply: each byte alone */
+		else
+			terms[nt++] = t;
+	}
+	int nr = 0;
+	for (int b = lo; b <= hi; b++) {
+		int r = 0;
+		for (; !all && r < nr; r++) {
+			uint8_t a = reps[r];
+			int i = 0;
+			while (i < nt && (terms[i][a >> 6] >> (a & 63) & 1) == (terms[i][b >> 6] >> (b & 63) & 1))
+				i++;
+			if (i == nt)
+				break;
+		}
+		if (all || r == nr) {
+			r = nr;
+			reps[nr++] = (uint8_t)b;
+		}
+		grp[b - lo] = (uint8_t)r;
+	}
+	return nr;
+}
+
+/* Every character of shape sh from byte i on, from the last set, is
+ * scanned and ends in S1 (the first one found defines it). Bytes scanned
+ * by the same items lead to the same set: one of each group is pushed. */
+static bool shape_ok(struct loop *l, const struct gm_shape *sh, int i)
+{
+	struct gm_matcher *m = l->m;
+	if (i == sh->n) {
+		uint64_t *c;
+		long n = canon(l, &c);
+		if (n < 0)
+			return false;
+		if (!l->have) {
+			l->have = true;
+			l->n_want = (size_t)n;
+			return true;
+		}
+		return (size_t)n == l->n_want && !memcmp(c, l->want, n * sizeof *c);
+	}
+	uint8_t reps[256], grp[256];
+	int nr = group_bytes(m, sh->lo[i], sh->hi[i], grp, reps);
+	for (int r = 0; r < nr; r++) {
+		if (++l->pushes > LOOP_MAX_PUSHES || !gmm_push(m, reps[r]))
+			return false;
+		bool ok = shape_ok(l, sh, i + 1);
+		gmm_pop(m);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static bool chars_ok(struct loop *l)
+{
+	for (int s = 0; s < GM_N_SHAPES; s++)
+		if (!shape_ok(l, &gm_shapes[s], 0))
+			return false;
+	return true;
+}
+
+/* Decide whether the state at depth d (its set the last) loops. One that
+ * does not take every character to one state takes no run either. */
+static void loop_check(struct walk *w, size_t d)
+{
+	struct gm_matcher *m = w->m;
+	struct loop l = { .m = m, .base = w->base + d };
+	bool one = chars_ok(&l), ok = one && gmm_push(m, gm_shapes[0].lo[0]);
+	if (ok) {
+		ok = chars_ok(&l);
+		gmm_pop(m);
+	}
+	free(l.want);
+	free(l.tmp);
+	struct st *st = &w->c->st[w->path[d]];
+	st->loop = ok ? LOOP_YES : LOOP_NO;
+	st->one = one;
+	if (!one)
+		st->run = 0;
+}
+
+/* How many string characters (up to max) the state at depth d takes,
+ * each to one state whatever the character: a state that counts (inside
+ * maxLength) does not loop but takes a run as long as its bound allows.
+ * Its set is the last; the states on the way are kept (path[d + 1] on). */
+static int run_of(struct walk *w, size_t d, int max)
+{
+	struct gm_matcher *m = w->m;
+	struct st *st = &w->c->st[w->path[d]];
+	if (st->loop == LOOP_YES)
+		return max;
+	if (st->run != RUN_UNKNOWN)
+		return st->run < max ? st->run : max;
+	int run = 0;
+	if (max > 0 && d + 2 < sizeof w->path / sizeof *w->path) {
+		bool ok = st->one;
+		if (!ok) {
+			struct loop l = { .m = m, .base = w->base + d };
+			ok = chars_ok(&l);
+			free(l.want);
+			free(l.tmp);
+		}
+		if (ok && gmm_push(m, gm_shapes[0].lo[0])) {
+			uint32_t next = gmm_intern(m, w->c, w->base + d + 1, w->base, w->path);
+			if (next != ST_DEAD && !m->oom) {
+				w->path[d + 1] = next;
+				/* after an opening quote the next state often loops */
+				if (w->c->st[next].loop == LOOP_UNKNOWN && w->c->st[next].run == RUN_UNKNOWN)
+					loop_check(w, d + 1);
+				run = 1 + run_of(w, d + 1, max - 1);
+			}
+			gmm_pop(m);
+		}
+	}
+	/* a run cut by max is a lower bound: still true when kept */
+	w->c->st[w->path[d]].run = (uint8_t)run;
+	return run;
+}
+
+/* Node c (at depth d) is taken; where every token below it goes on with
+ * string characters only and the state loops on them, or takes a run of
+ * them as long as the longest token below, they are all allowed without
+ * walking. States first met deeper than LOOP_DEPTH are not checked (a
+ * check costs some 70 parser steps), but a run found from above is used. */
+bool gmm_loops_below(struct walk *w, const struct gm_node *c, size_t d)
+{
+	size_t at = (size_t)(c - w->v->nodes);
+	if (!w->v->plain_below[at])
+		return false;
+	struct st *st = &w->c->st[w->path[d]];
+	if (st->loop == LOOP_UNKNOWN && d <= LOOP_DEPTH) {
+		if (!gmm_materialize(w, d))
+			return false;
+		loop_check(w, d);
+		st = &w->c->st[w->path[d]];
+	}
+	if (st->loop != LOOP_YES) {
+		int h = w->v->height[at];
+		if (st->run == RUN_UNKNOWN && d <= LOOP_DEPTH && h <= RUN_MAX) {
+			uint32_t s = w->path[d];
+			if (!gmm_materialize(w, d))
+				return false;
+			run_of(w, d, RUN_MAX);
+			w->path[d] = s;
+			st = &w->c->st[s];
+		}
+		if (st->run == RUN_UNKNOWN || st->run < h)
+			return false;
+	}
+	uint32_t from = c->tok + c->n_tok, to = w->v->sub_end[at];
+	for (uint32_t i = from; i < to; i++) {
+		int32_t id = w->toks[i];
+		w->mask[id >> 5] |= 1u << (id & 31);
+	}
+	return true;
+}
+
+/* The root's items, its own origins as C_SELF, are exactly items (a
+ * canon() of a set after it). */
+static bool like_root(const struct gm_matcher *m, size_t base, const uint64_t *items, size_t n)
+{
+	uint64_t *o = malloc((n ? n : 1) * sizeof *o);
+	size_t k = 0;
+	bool same = o != NULL;
+	for (size_t j = m->sets[base]; same && j < m->sets[base + 1]; j++) {
+		uint32_t pos = m->it[j].pos, org = m->it[j].origin;
+		if (gm_sym(m->g, pos) == GM_END)
+			continue;
+		if (k == n)
+			same = false;
+		else
+			o[k++] = (uint64_t)gmm_code_pos(m, pos) << 32 | (org == base ? C_SELF : org);
+	}
+	if (same)
+		k = gmm_sort_unique(o, k);
+	if (same && k == n) {
+		same = !memcmp(o, items, n * sizeof *o);
+	} else {
+		same = false;
+	}
+	free(o);
+	return same;
+}
+
+#define ROOT_MAX_CANDS 16
+#define ROOT_MAX_EXC 32
+
+/* The root need not loop itself: its first characters are grouped by the
+ * state they lead to. The most common one, reached by some ASCII
+ * character, is S1 and must loop; the lead bytes of the other characters
+ * are exceptions, their subtrees walked on their own. */
+void gmm_root_check(struct walk *w)
+{
+	struct gm_matcher *m = w->m;
+	struct loop l = { .m = m, .base = w->base };
+	struct cand {
+		uint64_t *items;
+		size_t n;
+		int weight;
+		int ascii; /* a one-byte character that leads to it, -1 if none */
+	} cands[ROOT_MAX_CANDS];
+	int nc = 0;
+	int16_t lead[256]; /* candidate of each lead byte, -1: none */
+	for (int b = 0; b < 256; b++)
+		lead[b] = -1;
+	for (int si = 0; si < GM_N_SHAPES && !m->oom; si++) {
+		const struct gm_shape *sh = &gm_shapes[si];
+		/* bytes scanned by the same items have the same outcome */
+		uint8_t reps[256], grp[256];
+		int16_t res_of[256];
+		int nr = group_bytes(m, sh->lo[0], sh->hi[0], grp, reps);
+		for (int r = 0; r < nr; r++) {
+			int res = -1;
+			if (gmm_push(m, reps[r])) {
+				l.have = false;
+				bool ok = shape_ok(&l, sh, 1);
+				gmm_pop(m);
+				for (int c = 0; ok && c < nc && res < 0; c++)
+					if (cands[c].n == l.n_want && !memcmp(cands[c].items, l.want, l.n_want * sizeof *l.want))
+						res = c;
+				if (ok && res < 0 && nc < ROOT_MAX_CANDS) {
+					uint64_t *it = malloc((l.n_want ? l.n_want : 1) * sizeof *it);
+					if (it) {
+						memcpy(it, l.want, l.n_want * sizeof *it);
+						cands[nc] = (struct cand){ it, l.n_want, 0, -1 };
+						res = nc++;
+					}
+				}
+			}
+			res_of[r] = (int16_t)res;
+		}
+		for (int b = sh->lo[0]; b <= sh->hi[0]; b++) {
+			lead[b] = res_of[grp[b - sh->lo[0]]];
+			if (lead[b] >= 0) {
+				cands[lead[b]].weight++;
+				if (sh->n == 1 && cands[lead[b]].ascii < 0)
+					cands[lead[b]].ascii = b;
+			}
+		}
+	}
+	int best = -1;
+	for (int c = 0; c < nc; c++)
+		if (cands[c].ascii >= 0 && (best < 0 || cands[c].weight > cands[best].weight))
+			best = c;
+	uint64_t exc[4] = { 0 };
+	int n_exc = 0;
+	for (int si = 0; si < GM_N_SHAPES; si++)
+		for (int b = gm_shapes[si].lo[0]; b <= gm_shapes[si].hi[0]; b++)
+			if (lead[b] != best) {
+				exc[b >> 6] |= 1ull << (b & 63);
+				n_exc++;
+			}
+	uint32_t s1 = ST_DEAD, s2 = ST_DEAD;
+	bool ok = best >= 0 && (n_exc == 0 || (n_exc <= ROOT_MAX_EXC && m->v->sub_end)) && !m->oom;
+	if (ok)
+		ok = gmm_push(m, (uint8_t)cands[best].ascii);
+	if (ok) {
+		/* S1 (at depth 1) takes every character to S2, and S2 to itself.
+		 * Where the root is like S1 (inside a string) or S2 like S1
+		 * (after the opening quote), what is shown for one holds for the
+		 * other; but a root with exceptions shows nothing for S1. */
+		s1 = gmm_intern(m, w->c, w->base + 1, w->base, w->path);
+		w->path[1] = s1;
+		l.anchor = w->base + 1;
+		l.have = false;
+		bool root_s1 = s1 != ST_DEAD && n_exc == 0 && like_root(m, w->base, cands[best].items, cands[best].n);
+		if (s1 != ST_DEAD && (root_s1 || chars_ok(&l)) && gmm_push(m, gm_shapes[0].lo[0])) {
+			bool s2_s1 = root_s1 || (l.n_want == cands[best].n &&
+						 !memcmp(l.want, cands[best].items, l.n_want * sizeof *l.want));
+			if (s2_s1 || chars_ok(&l))
+				s2 = gmm_intern(m, w->c, w->base + 2, w->base, w->path);
+			gmm_pop(m);
+		}
+		gmm_pop(m);
+	}
+	for (int c = 0; c < nc; c++)
+		free(cands[c].items);
+	free(l.want);
+	free(l.tmp);
+	struct st *r = &w->c->st[w->path[0]];
+	r->rloop = s1 != ST_DEAD && s2 != ST_DEAD ? LOOP_YES : LOOP_NO;
+	r->s1 = s1;
+	r->s2 = s2;
+	memcpy(r->exc, exc, sizeof exc);
+}
+
+/* Walk the root's subtrees of the exceptions' lead bytes afresh. */
+static void root_exceptions(struct walk *w, const uint64_t *exc)
+{
+	const struct gm_vocab *v = w->v;
+	const struct gm_node *root = &v->nodes[0];
+	for (int i = 0; i < root->n_child && !w->m->oom; i++) {
+		const struct gm_node *c = &v->nodes[root->child + i];
+		if (!(exc[c->byte >> 6] >> (c->byte & 63) & 1))
+			continue;
+		for (uint32_t t = c->tok; t < v->sub_end[root->child + i]; t++) {
+			int32_t id = v->toks[t];
+			w->mask[id >> 5] &= ~(1u << (id & 31));
+		}
+		gmm_step(w, c, 0);
+	}
+}
+
+/* The mask of a root that loops: the plain tokens, the head walked from
+ * the root, the tails from S1 and S2, then the exceptions afresh. */
+void gmm_loop_mask(struct walk *w, size_t words)
+{
+	struct gm_matcher *m = w->m;
+	const struct gm_vocab *v = w->v;
+	memcpy(w->mask, v->plain, words * sizeof *w->mask);
+	const struct gm_trie *tries[3] = { &v->head, &v->tail1, &v->tail2 };
+	for (size_t d = 0; d < 3 && !m->oom; d++) {
+		/* the walks write the path */
+		w->path[1] = w->c->st[w->path[0]].s1;
+		w->path[2] = w->c->st[w->path[0]].s2;
+		w->nodes = tries[d]->nodes;
+		w->toks = tries[d]->toks;
+		gmm_walk(w, &w->nodes[0], d);
+		while (m->n_sets - 1 > w->base)
+			gmm_pop(m);
+	}
+	w->nodes = v->nodes;
+	w->toks = v->toks;
+	w->below = v->plain_below != NULL;
+	uint64_t exc[4];
+	memcpy(exc, w->c->st[w->path[0]].exc, sizeof exc); /* st may move */
+	if ((exc[0] | exc[1] | exc[2] | exc[3]) && !m->oom)
+		root_exceptions(w, exc);
+}
