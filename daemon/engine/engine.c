@@ -1315,14 +1315,15 @@ static void propose_drafts(struct engine *e)
 			continue;
 		dr->propose(dr, e->asks, n);
 		for (int i = 0; i < n; i++) {
+			struct seq *s = e->ask_seq[i];
 			int got = e->asks[i].n_out;
-			e->ask_seq[i]->n_draft = got < 0 ? 0 : got > e->asks[i].max ? e->asks[i].max : got;
-			e->ask_seq[i]->n_draft = drafts_to_eog(e, e->ask_seq[i], e->ask_seq[i]->n_draft);
-			if (e->ask_seq[i]->gm && e->ask_seq[i]->n_draft)
-				e->ask_seq[i]->n_draft = allowed_drafts(e, e->ask_seq[i], e->ask_seq[i]->n_draft);
-			total += e->ask_seq[i]->n_draft;
-			if (dr->costly && !e->ask_seq[i]->n_draft)
-				spec_pace_update(&e->ask_seq[i]->pace, 0, 0);
+			got = drafts_to_eog(e, s, got < 0 ? 0 : got > e->asks[i].max ? e->asks[i].max : got);
+			if (s->gm && got)
+				got = allowed_drafts(e, s, got);
+			s->n_draft = got;
+			total += got;
+			if (dr->costly && !got)
+				spec_pace_update(&s->pace, 0, 0);
 		}
 	}
 	if (total && !logit_room(e, total))

@@ -32,6 +32,15 @@ PAIRS_AI __m256 pairs_floats(const char *pair, size_t off, int64_t i)
 	return _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(pair + off) + i));
 }
 
+/* The floats of pairs q and q + 1 (when there is one, of np) in one vector. */
+PAIRS_AI __m512 pairs_of(const char *x, size_t ps, size_t off, int64_t i, int q, const int np)
+{
+	__m512 v = _mm512_castps256_ps512(pairs_floats(x + (size_t)q * ps, off, i));
+	if (q + 1 < np)
+		v = _mm512_insertf32x8(v, pairs_floats(x + (size_t)(q + 1) * ps, off, i), 1);
+	return v;
+}
+
 /* ggml's hsum_float_8 */
 PAIRS_AI float pairs_hsum8(__m256 v)
 {

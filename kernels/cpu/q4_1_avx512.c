@@ -64,15 +64,6 @@ void pg_q8_1_pack_pairs_avx512(const void *xq, size_t xrow, int64_t m, int64_t k
 	}
 }
 
-/* pairs q and q + 1 (when there is one) in one vector */
-AI __m512 pairs_of(const char *x, size_t ps, size_t off, int64_t i, int q, const int NP)
-{
-	__m512 v = _mm512_castps256_ps512(pairs_floats(x + (size_t)q * ps, off, i));
-	if (q + 1 < NP)
-		v = _mm512_insertf32x8(v, pairs_floats(x + (size_t)(q + 1) * ps, off, i), 1);
-	return v;
-}
-
 /* The block's levels, as unsigned bytes in element order. */
 AI __m256i levels(const void *w, size_t bw, int j, int64_t i, const int FIVE)
 {

@@ -92,12 +92,8 @@ AI void tile4(int64_t nb, const void *w, size_t bw, const char *x, size_t ps, co
 			const __m512 dw = _mm512_permutexvar_ps(dwperm, _mm512_castps128_ps512(_mm_cvtph_ps(dwh)));
 			/* sc[i - i0][8q + 2j + (0|1)] = dw_j * dy_(a|b) of pair q */
 			#pragma GCC unroll 2
-			for (int q = 0; q < NP; q += 2) {
-				__m512 dy = _mm512_castps256_ps512(pairs_floats(x + (size_t)q * ps, l.d, i));
-				if (q + 1 < NP)
-					dy = _mm512_insertf32x8(dy, pairs_floats(x + (size_t)(q + 1) * ps, l.d, i), 1);
-				_mm512_store_ps(sc[i - i0] + 8 * q, _mm512_mul_ps(dw, dy));
-			}
+			for (int q = 0; q < NP; q += 2)
+				_mm512_store_ps(sc[i - i0] + 8 * q, _mm512_mul_ps(dw, pairs_of(x, ps, l.d, i, q, NP)));
 		}
 		__asm__ volatile("" : : "r"(sc) : "memory");
 		for (int64_t i = i0; i < i1; i++) {
