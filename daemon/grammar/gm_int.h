@@ -99,8 +99,9 @@ int gm_char_len(const uint8_t *p, size_t n);
 /* A position with GM_VPOS set is in counter (pos >> GM_VID_SHIFT) & GM_VID
  * at count pos & GM_VCOUNT: before one more sym while below max, complete
  * from min on (its completed item: count GM_VEND). The matcher codes a
- * count at or above min and at least its reach below max as GM_VFAR, one
- * below min by its reach as GM_VLOW: such items stay so when advanced. */
+ * count at or above min and at least the longest token below max as
+ * GM_VFAR, one that far below min as GM_VLOW: such items stay so when
+ * advanced. */
 #define GM_VPOS (1u << 31)
 #define GM_VID_SHIFT 20
 #define GM_VID 0x7FFu
@@ -168,7 +169,7 @@ struct gm_b {
 	int n_terms, cap_terms;
 	int32_t byte_term[256]; /* terminal of each single byte, 0 if none yet */
 	struct gm_cnt *cnts;
-	int n_cnts;
+	size_t n_cnts, cap_cnts;
 	int32_t esc_nt[4], multibyte_nt; /* shared by gm_json_chars, + 1; 0: not built */
 	int n_nt;
 	bool failed;
@@ -191,6 +192,8 @@ int32_t gmb_set(struct gm_b *b, const uint64_t set[4]);
 int32_t gmb_seq(struct gm_b *b, const int32_t *syms, int n); /* n == 1: that symbol */
 int32_t gmb_alt(struct gm_b *b, const int32_t *syms, int n);
 int32_t gmb_eps(struct gm_b *b);
+/* Room for need elements of el bytes in *p (capacity *cap, doubled). */
+bool gm_grow(void **p, size_t *cap, size_t need, size_t el);
 int32_t gmb_none(struct gm_b *b); /* matches nothing */
 int32_t gmb_lit(struct gm_b *b, const char *s, size_t n);
 /* sym repeated min..max times (max < 0: unbounded). */

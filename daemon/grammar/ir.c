@@ -41,7 +41,7 @@ void gmb_fail(struct gm_b *b, const char *fmt, ...)
 	}
 }
 
-static bool grow(struct gm_b *b, void **p, size_t *cap, size_t need, size_t el)
+bool gm_grow(void **p, size_t *cap, size_t need, size_t el)
 {
 	if (need <= *cap)
 		return true;
@@ -49,13 +49,19 @@ static bool grow(struct gm_b *b, void **p, size_t *cap, size_t need, size_t el)
 	while (n < need)
 		n *= 2;
 	void *q = realloc(*p, n * el);
-	if (!q) {
-		gmb_fail(b, "out of memory");
+	if (!q)
 		return false;
-	}
 	*p = q;
 	*cap = n;
 	return true;
+}
+
+static bool grow(struct gm_b *b, void **p, size_t *cap, size_t need, size_t el)
+{
+	if (gm_grow(p, cap, need, el))
+		return true;
+	gmb_fail(b, "out of memory");
+	return false;
 }
 
 int32_t gmb_nt(struct gm_b *b)
@@ -224,8 +230,7 @@ static int32_t rep_count(struct gm_b *b, int32_t sym, uint32_t min, uint32_t max
 {
 	if (b->failed || b->n_cnts >= GM_MAX_CNTS)
 		return 0;
-	size_t cap = b->n_cnts;
-	if (!grow(b, (void **)&b->cnts, &cap, b->n_cnts + 1, sizeof *b->cnts) ||
+	if (!grow(b, (void **)&b->cnts, &b->cap_cnts, b->n_cnts + 1, sizeof *b->cnts) ||
 	    !grow(b, (void **)&b->prods, &b->cap_prods, b->n_prods + 1, sizeof *b->prods))
 		return 0;
 	int32_t nt = gmb_nt(b);
@@ -463,7 +468,7 @@ struct gm_grammar *gmb_finish(struct gm_b *b, int32_t start)
 	if (!g->pos_lhs || !g->nt_prods || !g->prod_pos || !g->nullable)
 		goto oom;
 	g->cnts = b->cnts;
-	g->n_cnts = b->n_cnts;
+	g->n_cnts = (int)b->n_cnts;
 	b->cnts = NULL;
 	for (size_t p = 0; p < b->n_prods; p++) {
 		uint32_t pos = b->prods[p].pos;

@@ -69,7 +69,6 @@ static long canon(struct loop *l, uint64_t **out)
 	return (long)n;
 }
 
-/* Bytes a and b are scanned by the same items of the last set. */
 /* Group bytes lo..hi by the items of the last set that scan them (only
  * the terminals that take some byte of the range tell them apart): each
  * byte's group in grp, one byte of each in reps. Returns the groups. */

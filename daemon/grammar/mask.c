@@ -49,18 +49,23 @@ static uint64_t mix(uint64_t h, uint64_t x)
 	return h * 0xff51afd7ed558ccdull;
 }
 
+/* Open addressing by a hash's high half: val (an index + 1) into ix. */
+static void index_put(uint32_t *ix, uint32_t cap, uint64_t hash, uint32_t val)
+{
+	uint32_t i = (uint32_t)(hash >> 32) & (cap - 1);
+	while (ix[i])
+		i = (i + 1) & (cap - 1);
+	ix[i] = val;
+}
+
 static bool index_grow(struct stc *c)
 {
 	uint32_t cap = c->icap ? c->icap * 2 : 1024;
 	uint32_t *ix = calloc(cap, sizeof *ix);
 	if (!ix)
 		return false;
-	for (uint32_t s = 0; s < c->n_st; s++) {
-		uint32_t i = (uint32_t)(c->st[s].hash >> 32) & (cap - 1);
-		while (ix[i])
-			i = (i + 1) & (cap - 1);
-		ix[i] = s + 1;
-	}
+	for (uint32_t s = 0; s < c->n_st; s++)
+		index_put(ix, cap, c->st[s].hash, s + 1);
 	free(c->index);
 	c->index = ix;
 	c->icap = cap;
@@ -349,21 +354,6 @@ void gm_matcher_slow(struct gm_matcher *m, bool slow)
  * same context later in the output (the same key in the next element of
  * an array) takes it without a walk. */
 
-static bool grow(void **p, size_t *cap, size_t need, size_t el)
-{
-	if (need <= *cap)
-		return true;
-	size_t n = *cap ? *cap * 2 : 256;
-	while (n < need)
-		n *= 2;
-	void *q = realloc(*p, n * el);
-	if (!q)
-		return false;
-	*p = q;
-	*cap = n;
-	return true;
-}
-
 static uint32_t codes_intern(struct codes *t, const uint64_t *it, uint32_t n)
 {
 	uint64_t h = n;
@@ -374,12 +364,8 @@ static uint32_t codes_intern(struct codes *t, const uint64_t *it, uint32_t n)
 		uint32_t *ix = calloc(cap, sizeof *ix);
 		if (!ix)
 			return SC_NONE;
-		for (uint32_t c = 0; c < t->n; c++) {
-			uint32_t i = (uint32_t)(t->hash[c] >> 32) & (cap - 1);
-			while (ix[i])
-				i = (i + 1) & (cap - 1);
-			ix[i] = c + 1;
-		}
+		for (uint32_t c = 0; c < t->n; c++)
+			index_put(ix, cap, t->hash[c], c + 1);
 		free(t->index);
 		t->index = ix;
 		t->icap = cap;
@@ -391,10 +377,10 @@ static uint32_t codes_intern(struct codes *t, const uint64_t *it, uint32_t n)
 			return c;
 	}
 	size_t cap = t->cap, cap2 = t->cap, cap3 = t->cap, capi = t->cap_items;
-	if (!grow((void **)&t->hash, &cap, t->n + 1, sizeof *t->hash) ||
-	    !grow((void **)&t->off, &cap2, t->n + 1, sizeof *t->off) ||
-	    !grow((void **)&t->len, &cap3, t->n + 1, sizeof *t->len) ||
-	    !grow((void **)&t->items, &capi, t->n_items + n, sizeof *t->items))
+	if (!gm_grow((void **)&t->hash, &cap, t->n + 1, sizeof *t->hash) ||
+	    !gm_grow((void **)&t->off, &cap2, t->n + 1, sizeof *t->off) ||
+	    !gm_grow((void **)&t->len, &cap3, t->n + 1, sizeof *t->len) ||
+	    !gm_grow((void **)&t->items, &capi, t->n_items + n, sizeof *t->items))
 		return SC_NONE;
 	t->cap = (uint32_t)cap;
 	t->cap_items = capi;
@@ -421,7 +407,7 @@ static uint32_t set_code(struct gm_matcher *m, size_t k)
 			return SC_NONE;
 	}
 	struct codes *t = &m->codes;
-	if (!grow((void **)&t->tmp, &t->cap_tmp, to - from + 1, sizeof *t->tmp))
+	if (!gm_grow((void **)&t->tmp, &t->cap_tmp, to - from + 1, sizeof *t->tmp))
 		return SC_NONE;
 	uint32_t n = 0;
 	for (size_t j = from; j < to; j++) {
@@ -455,13 +441,18 @@ static void mask_keep(struct gm_matcher *m, uint32_t key, const uint32_t *mask, 
 
 /* Tokens in a mask. Without -mpopcnt GCC calls a table lookup per word,
  * some 10 us a mask on 128k tokens: the instruction where there is one. */
-#if defined(__x86_64__)
-__attribute__((target("popcnt"))) static int count_popcnt(const uint32_t *mask, size_t words)
+static inline __attribute__((always_inline)) int count_words(const uint32_t *mask, size_t words)
 {
 	int n = 0;
 	for (size_t i = 0; i < words; i++)
 		n += __builtin_popcount(mask[i]);
 	return n;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("popcnt"))) static int count_popcnt(const uint32_t *mask, size_t words)
+{
+	return count_words(mask, words);
 }
 #endif
 
@@ -471,10 +462,7 @@ static int mask_count(const uint32_t *mask, size_t words)
 	if (__builtin_cpu_supports("popcnt"))
 		return count_popcnt(mask, words);
 #endif
-	int n = 0;
-	for (size_t i = 0; i < words; i++)
-		n += __builtin_popcount(mask[i]);
-	return n;
+	return count_words(mask, words);
 }
 
 int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)

@@ -21,7 +21,7 @@ uint32_t gmm_code_pos(const struct gm_matcher *m, uint32_t pos)
 	if (!(pos & GM_VPOS) || n >= GM_VLOW)
 		return pos;
 	const struct gm_cnt *c = gm_cnt_of(m->g, pos);
-	uint32_t r = m->reach;
+	uint32_t r = m->v->max_len;
 	if (c->max != GM_CNT_INF && (c->max < r || n > c->max - r))
 		return pos;
 	if (n >= c->min)
@@ -244,7 +244,6 @@ struct gm_matcher *gm_matcher_new(const struct gm_grammar *g, const struct gm_vo
 		return NULL;
 	m->g = g;
 	m->v = v;
-	m->reach = v->max_len;
 	m->cap_it = 256;
 	m->cap_sets = 256;
 	m->hcap = 256;

@@ -89,7 +89,6 @@ struct gm_matcher {
 	bool done; /* an end-of-generation token was accepted */
 	bool oom;
 	bool slow; /* masks by the whole trie only (tests) */
-	uint32_t reach; /* the longest token: counts this far from a bound are alike */
 	struct stc cache; /* the mask walk's states, below */
 	size_t cache_hi;  /* the highest real set a cached state may name */
 	uint32_t *scode;  /* per set: its content code, SC_NONE until known */

@@ -458,6 +458,15 @@ int32_t gm_regex(struct gm_b *b, const char *re, size_t len, bool json)
 	return s;
 }
 
+/* The terminal taking any byte of chars. */
+static int32_t chars_term(struct gm_b *b, const char *chars)
+{
+	uint64_t set[4] = { 0 };
+	for (const uint8_t *c = (const uint8_t *)chars; *c; c++)
+		set[*c >> 6] |= 1ull << (*c & 63);
+	return gmb_set(b, set);
+}
+
 /* A backslash and what follows it for every control character (short
  * forms where JSON has them), and for '"' and '\\' as asked: one
  * alternative where each escape would be its own, and a parser state
@@ -467,20 +476,13 @@ static int32_t esc_all(struct gm_b *b, bool quote, bool bslash)
 	int32_t *nt = &b->esc_nt[quote * 2 + bslash];
 	if (*nt)
 		return *nt - 1;
-	uint64_t one[4] = { 0 };
 	const char *shorts = quote ? (bslash ? "bfnrt\"\\" : "bfnrt\"") : bslash ? "bfnrt\\" : "bfnrt";
-	for (const char *c = shorts; *c; c++)
-		one[(uint8_t)*c >> 6] |= 1ull << (*c & 63);
 	/* \u00XX for the controls without a short form, lowercase hex */
-	uint64_t lo0[4] = { 0 }, hex[4] = { 0 };
-	for (const char *c = "01234567bef"; *c; c++)
-		lo0[(uint8_t)*c >> 6] |= 1ull << (*c & 63);
-	for (const char *c = "0123456789abcdef"; *c; c++)
-		hex[(uint8_t)*c >> 6] |= 1ull << (*c & 63);
-	int32_t u0[2] = { gmb_byte(b, '0'), gmb_set(b, lo0) }, u1[2] = { gmb_byte(b, '1'), gmb_set(b, hex) };
+	int32_t u0[2] = { gmb_byte(b, '0'), chars_term(b, "01234567bef") };
+	int32_t u1[2] = { gmb_byte(b, '1'), chars_term(b, "0123456789abcdef") };
 	int32_t last[2] = { gmb_seq(b, u0, 2), gmb_seq(b, u1, 2) };
 	int32_t u[4] = { gmb_byte(b, 'u'), gmb_byte(b, '0'), gmb_byte(b, '0'), gmb_alt(b, last, 2) };
-	int32_t tail[2] = { gmb_set(b, one), gmb_seq(b, u, 4) };
+	int32_t tail[2] = { chars_term(b, shorts), gmb_seq(b, u, 4) };
 	int32_t e[2] = { gmb_byte(b, '\\'), gmb_alt(b, tail, 2) };
 	int32_t r = gmb_seq(b, e, 2);
 	*nt = r + 1;

@@ -66,7 +66,7 @@ grep -q "unsupported keyword 'not'" "$dir/err" && ok || bad "the refusal does no
 # llama.cpp's grammars/*.gbnf and test-grammar-integration: tests/e2e/llama_grammar.sh
 
 # Counted repetition (maxLength, minItems, {n}): a count far from its
-# bounds is one state to the masks (match.c), so near a bound each mask is
+# bounds is one state to the masks (mask.c), so near a bound each mask is
 # checked against every token tried and rolled back, with bounds on both
 # sides of the longest tokens (gpt-2's: 128 bytes).
 python3 - "$dir/counts" <<'PY' || bad "count schemas"
