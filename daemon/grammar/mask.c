@@ -504,7 +504,8 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 			mask_keep(m, key, mask, words);
 	}
 	free(w);
-	if (m->oom) {
+	if (m->oom) { /* a transition may be left half made: forget them all */
+		gmm_stc_clear(c);
 		m->oom = false;
 		return -1;
 	}
