@@ -209,6 +209,108 @@ static int run_of(struct walk *w, size_t d, int max)
 	return run;
 }
 
+/* ---- roots where every run of characters goes on ----------------------
+ *
+ * A root need not loop for every token of string characters to be
+ * allowed: inside `[a-zA-Z0-9_-]{162}` searched for, each character leads
+ * elsewhere but none is refused. univ(S, h): every run of characters of at
+ * most h bytes, the last one possibly cut short, is taken from S. It holds
+ * when each character's state S' has univ(S', h - its length); one back
+ * to S needs nothing (induction on h). Bytes are tried one per group of
+ * those scanned by the same items, and what is proven is kept per state,
+ * so the next root (a state of this proof) extends it by a token. */
+
+static bool univ(struct walk *w, size_t d, int h);
+
+/* Byte i of every character of shape sh begun at depth d0 (now at d). */
+static bool univ_char(struct walk *w, size_t d0, const struct gm_shape *sh, int i, size_t d, int h)
+{
+	if (i == h)
+		return true; /* a token ends inside the character */
+	if (i == sh->n)
+		return w->path[d] == w->path[d0] || univ(w, d, h - sh->n);
+	size_t work = w->m->work;
+	uint32_t off = gmm_reps(w, d);
+	w->budget -= (int)(w->m->work - work);
+	if (off == GRP_NONE)
+		return false;
+	uint64_t seen[4] = { 0 };
+	for (int b = sh->lo[i]; b <= sh->hi[i]; b++) {
+		uint8_t r = w->c->grp[off + b];
+		if (seen[r >> 6] >> (r & 63) & 1)
+			continue;
+		seen[r >> 6] |= 1ull << (r & 63);
+		const uint64_t *ok = w->c->st[w->path[d]].ok;
+		if (!(ok[r >> 6] >> (r & 63) & 1))
+			return false;
+		work = w->m->work;
+		uint32_t next = gmm_trans(w, d, r);
+		w->budget -= 1 + (int)(w->m->work - work);
+		bool taken = next != ST_DEAD && !w->m->oom && w->budget > 0;
+		if (taken) {
+			w->path[d + 1] = next;
+			taken = univ_char(w, d0, sh, i + 1, d + 1, h);
+		}
+		while (w->m->n_sets - 1 > w->base + d)
+			gmm_pop(w->m);
+		if (!taken)
+			return false;
+	}
+	return true;
+}
+
+static bool univ(struct walk *w, size_t d, int h)
+{
+	struct st *st = &w->c->st[w->path[d]];
+	if (h <= st->uyes || st->loop == LOOP_YES)
+		return true;
+	if (h >= st->uno || w->budget <= 0)
+		return false;
+	bool ok = true;
+	for (int s = 0; s < GM_N_SHAPES && ok; s++)
+		ok = univ_char(w, d, &gm_shapes[s], 0, d, h);
+	st = &w->c->st[w->path[d]];
+	if (ok)
+		st->uyes = (uint8_t)h;
+	else if (w->budget > 0 && !w->m->oom)
+		st->uno = (uint8_t)h; /* a failure, not a proof cut short */
+	return ok;
+}
+
+/* Whether the root takes every run of characters a token long: then the
+ * plain tokens are all allowed and only the rest of the trie is walked.
+ * Not beyond the longest token: counts far from their bounds are exact
+ * only that far (gmm_code_pos). */
+bool gmm_univ_root(struct walk *w)
+{
+	int h = (int)w->v->max_len;
+	/* a root first met now, after one that did not hold, is likely a key's
+	 * or a value's own state: its proof would serve no other root */
+	if (h >= UINT8_MAX || h + 2 >= (int)(sizeof w->path / sizeof *w->path) ||
+	    (w->path[0] >= w->st0 && !w->m->univ_last))
+		return false;
+	const uint64_t *first = w->c->st[w->path[0]].ok; /* every character's first byte, first */
+	for (int s = 0; s < GM_N_SHAPES; s++)
+		for (int b = gm_shapes[s].lo[0]; b <= gm_shapes[s].hi[0]; b++)
+			if (!(first[b >> 6] >> (b & 63) & 1))
+				return w->m->univ_last = false;
+	w->budget = UNIV_BUDGET;
+	bool ok = univ(w, 0, h);
+	w->m->univ_last = ok;
+	while (w->m->n_sets - 1 > w->base)
+		gmm_pop(w->m);
+	return ok;
+}
+
+/* The walk's first d bytes are string characters. */
+static bool plain_path(const struct walk *w, size_t d)
+{
+	for (size_t i = 0, k; i < d; i += k)
+		if (!(k = (size_t)gm_char_len(w->bytes + i, d - i)))
+			return false;
+	return true;
+}
+
 /* Node c (at depth d) is taken; where every token below it goes on with
  * string characters only and the state loops on them, or takes a run of
  * them as long as the longest token below, they are all allowed without
@@ -219,6 +321,8 @@ bool gmm_loops_below(struct walk *w, const struct gm_node *c, size_t d)
 	size_t at = (size_t)(c - w->v->nodes);
 	if (!w->v->plain_below[at])
 		return false;
+	if (w->univ_root && plain_path(w, d)) /* its tokens are plain: in the mask already */
+		return true;
 	struct st *st = &w->c->st[w->path[d]];
 	if (st->loop == LOOP_UNKNOWN && d <= LOOP_DEPTH) {
 		if (!gmm_materialize(w, d))

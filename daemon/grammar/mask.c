@@ -110,6 +110,8 @@ uint32_t gmm_intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, con
 	st->grp = GRP_NONE;
 	st->misses = 0;
 	st->rloop = LOOP_UNKNOWN;
+	st->uyes = 0;
+	st->uno = UINT8_MAX;
 	memset(st->exc, 0, sizeof st->exc);
 	memset(st->ok, 0, sizeof st->ok);
 	uint32_t *pp = c->pos + c->n_items;
@@ -218,6 +220,7 @@ bool gmm_materialize(struct walk *w, size_t d)
 			uint32_t o = !(code & REL) ? (uint32_t)code : dist == AT_ROOT ? (uint32_t)w->base : (uint32_t)(k - dist);
 			m->it[m->n_it++] = (struct gm_item){ w->c->pos[st->off + j], o };
 		}
+		m->work += st->n;
 	}
 	return true;
 }
@@ -265,31 +268,81 @@ static void byte_reps(const struct gm_matcher *m, uint8_t *rep)
 	}
 }
 
+/* Give the state at depth d (its set the last) its bytes' representatives. */
+static bool grp_make(struct walk *w, size_t d)
+{
+	struct stc *c = w->c;
+	if (c->n_grp + 256 > c->cap_grp) {
+		size_t cap = c->cap_grp ? c->cap_grp * 2 : 64 * 256;
+		uint8_t *g = realloc(c->grp, cap);
+		if (!g)
+			return false;
+		c->grp = g;
+		c->cap_grp = cap;
+	}
+	byte_reps(w->m, c->grp + c->n_grp);
+	c->st[w->path[d]].grp = (uint32_t)c->n_grp;
+	c->n_grp += 256;
+	return true;
+}
+
 /* Bytes scanned by the same items of a set lead to the same next set: the
  * byte whose transition stands for this one from the state at depth d (its
  * set the last). Worked out from a state's second new transition on. */
 static uint8_t byte_rep(struct walk *w, size_t d, uint8_t byte)
 {
-	struct stc *c = w->c;
-	struct st *st = &c->st[w->path[d]];
+	struct st *st = &w->c->st[w->path[d]];
 	if (st->grp == GRP_NONE) {
 		if (st->misses < 2) {
 			st->misses++;
 			return byte;
 		}
-		if (c->n_grp + 256 > c->cap_grp) {
-			size_t cap = c->cap_grp ? c->cap_grp * 2 : 64 * 256;
-			uint8_t *g = realloc(c->grp, cap);
-			if (!g)
-				return byte;
-			c->grp = g;
-			c->cap_grp = cap;
-		}
-		byte_reps(w->m, c->grp + c->n_grp);
-		st->grp = (uint32_t)c->n_grp;
-		c->n_grp += 256;
+		if (!grp_make(w, d))
+			return byte;
 	}
-	return c->grp[st->grp + byte];
+	return w->c->grp[w->c->st[w->path[d]].grp + byte];
+}
+
+/* Where the representatives of the state at depth d start in stc.grp,
+ * GRP_NONE on OOM. */
+uint32_t gmm_reps(struct walk *w, size_t d)
+{
+	struct gm_matcher *m = w->m;
+	if (w->c->st[w->path[d]].grp == GRP_NONE) {
+		while (m->n_sets - 1 > w->base + d)
+			gmm_pop(m);
+		if (!gmm_materialize(w, d) || !grp_make(w, d))
+			return GRP_NONE;
+	}
+	return w->c->st[w->path[d]].grp;
+}
+
+/* The state after byte from the state at depth d: known, or built from
+ * the path's real sets (materialized down to d). ST_DEAD if none. */
+uint32_t gmm_trans(struct walk *w, size_t d, uint8_t byte)
+{
+	struct gm_matcher *m = w->m;
+	bool found;
+	uint32_t *slot = tslot(m, w->c, w->path[d], byte, &found);
+	if (!slot)
+		return ST_DEAD;
+	if (found)
+		return *slot;
+	uint32_t next = ST_DEAD;
+	while (m->n_sets - 1 > w->base + d)
+		gmm_pop(m);
+	if (gmm_materialize(w, d)) {
+		uint8_t rep = byte_rep(w, d, byte);
+		const uint32_t *known = rep != byte ? tfind(w->c, w->path[d], rep) : NULL;
+		if (known)
+			next = *known;
+		else if (gmm_push(m, byte))
+			next = gmm_intern(m, w->c, m->n_sets - 1, w->base, w->path);
+	}
+	/* the slot may have moved while interning: look it up again */
+	if ((slot = tslot(m, w->c, w->path[d], byte, &found)))
+		*slot = next;
+	return next;
 }
 
 /* Take node c from depth d if its byte is allowed there, and walk on. */
@@ -305,28 +358,10 @@ void gmm_step(struct walk *w, const struct gm_node *c, size_t d)
 	}
 	if (!c->n_child || d + 1 >= sizeof w->path / sizeof *w->path)
 		return;
-	bool found;
-	uint32_t *slot = tslot(m, w->c, w->path[d], c->byte, &found);
-	if (!slot)
-		return;
-	uint32_t next = *slot;
-	if (!found) {
-		if (!gmm_materialize(w, d))
-			return;
-		uint8_t rep = byte_rep(w, d, c->byte);
-		const uint32_t *known = rep != c->byte ? tfind(w->c, w->path[d], rep) : NULL;
-		if (known)
-			next = *known;
-		else
-			next = gmm_push(m, c->byte) ? gmm_intern(m, w->c, m->n_sets - 1, w->base, w->path) : ST_DEAD;
-		/* the slot may have moved while interning: look it up again */
-		slot = tslot(m, w->c, w->path[d], c->byte, &found);
-		if (!slot)
-			return;
-		*slot = next;
-	}
-	if (next != ST_DEAD) {
+	uint32_t next = gmm_trans(w, d, c->byte);
+	if (next != ST_DEAD && !m->oom) {
 		w->path[d + 1] = next;
+		w->bytes[d] = c->byte;
 		if (!w->below || !gmm_loops_below(w, c, d + 1))
 			gmm_walk(w, c, d + 1);
 	}
@@ -480,7 +515,7 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 	if (!w)
 		return -1;
 	*w = (struct walk){ .m = m, .v = v, .c = c, .mask = mask, .base = m->n_sets - 1,
-			    .nodes = v->nodes, .toks = v->toks };
+			    .nodes = v->nodes, .toks = v->toks, .st0 = c->n_st };
 	uint32_t key = m->slow ? SC_NONE : set_code(m, w->base);
 	int hit = mask_cached(m, key);
 	if (hit >= 0) {
@@ -492,8 +527,12 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 		if (fast && !m->oom && c->st[w->path[0]].rloop == LOOP_YES) {
 			gmm_loop_mask(w, words);
 		} else {
-			memset(mask, 0, words * sizeof *mask);
 			w->below = fast && v->plain_below;
+			w->univ_root = w->below && gmm_univ_root(w);
+			if (w->univ_root)
+				memcpy(mask, v->plain, words * sizeof *mask);
+			else
+				memset(mask, 0, words * sizeof *mask);
 			gmm_walk(w, &v->nodes[0], 0);
 		}
 		while (m->n_sets - 1 > w->base)

@@ -234,6 +234,7 @@ bool gmm_push(struct gm_matcher *m, uint8_t c)
 		gmm_pop(m);
 		return false;
 	}
+	m->work += m->n_it - m->sets[m->n_sets - 1];
 	return true;
 }
 

@@ -32,6 +32,8 @@ struct st {
 	uint32_t s1, s2; /* rloop LOOP_YES: the states after one, two characters */
 	uint32_t grp;    /* offset of its bytes' representatives in stc.grp, GRP_NONE */
 	uint8_t misses;  /* transitions built from it, up to 2 */
+	uint8_t uyes;    /* takes every run of string characters this many bytes long */
+	uint8_t uno;     /* a run this long it does not take, UINT8_MAX */
 	uint64_t exc[4]; /* rloop LOOP_YES: first bytes that do not lead to s1 */
 };
 
@@ -45,6 +47,10 @@ struct st {
 #define C_ANCHOR 0xFFFFFFFDu
 
 #define MASKS 64
+/* What a root's proof that every run of characters is taken may cost, in
+ * items built (a transition looked up: 1); one cut short is resumed by
+ * the next root, what it proved kept. */
+#define UNIV_BUDGET 20000
 #define SC_NONE UINT32_MAX
 
 struct stc {
@@ -89,6 +95,8 @@ struct gm_matcher {
 	bool done; /* an end-of-generation token was accepted */
 	bool oom;
 	bool slow; /* masks by the whole trie only (tests) */
+	size_t work; /* items sets were built with, for the proofs' budgets */
+	bool univ_last; /* the last root proven to take every run of characters */
 	struct stc cache; /* the mask walk's states, below */
 	size_t cache_hi;  /* the highest real set a cached state may name */
 	uint32_t *scode;  /* per set: its content code, SC_NONE until known */
@@ -108,7 +116,11 @@ struct walk {
 	uint32_t *mask;
 	size_t base;     /* the real set the walk starts from */
 	bool below;      /* whole subtrees may be taken where the state loops */
+	int budget;      /* what the root's proof may still cost */
+	uint32_t st0;    /* states met before this walk */
+	bool univ_root;  /* the root takes every run of characters: plain tokens allowed */
 	uint32_t path[1024]; /* state by depth */
+	uint8_t bytes[1024]; /* the byte taken at each depth */
 };
 
 /* match.c */
@@ -135,6 +147,12 @@ void gmm_stc_free(struct stc *c);
 uint32_t gmm_intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, const uint32_t *path);
 /* Build the real sets of the path down to depth d from their states. */
 bool gmm_materialize(struct walk *w, size_t d);
+/* The state after byte from the state at depth d: known, or built from
+ * the path's real sets (materialized down to d). ST_DEAD if none. */
+uint32_t gmm_trans(struct walk *w, size_t d, uint8_t byte);
+/* Where the byte representatives of the state at depth d start in
+ * stc.grp (bytes scanned by the same items), GRP_NONE on OOM. */
+uint32_t gmm_reps(struct walk *w, size_t d);
 /* Take node c from depth d if its byte is allowed there, and walk on. */
 void gmm_step(struct walk *w, const struct gm_node *c, size_t d);
 void gmm_walk(struct walk *w, const struct gm_node *n, size_t d);
@@ -145,6 +163,8 @@ void gmm_walk(struct walk *w, const struct gm_node *n, size_t d);
 bool gmm_loops_below(struct walk *w, const struct gm_node *c, size_t d);
 /* Whether the walk's root loops (its rloop, s1, s2, exc). */
 void gmm_root_check(struct walk *w);
+/* Whether the root takes every run of characters a token long. */
+bool gmm_univ_root(struct walk *w);
 /* The mask of a root that loops. */
 void gmm_loop_mask(struct walk *w, size_t words);
 

@@ -292,7 +292,7 @@ static bool pats_add(struct sc *c, struct pats *p, const char *re, size_t len, b
 /* The contents of the strings that match the positive patterns, none of
  * the negative ones, with mn..mx characters. */
 #define SC_MAX_AUTOM 256
-#define SC_SOFT_STATES 64 /* a lone pattern takes its automaton up to this size */
+#define SC_SOFT_STATES 2048 /* a lone pattern takes its automaton up to this size */
 
 static int32_t pats_string(struct sc *c, const struct pats *p, long mn, long mx, bool soft)
 {
