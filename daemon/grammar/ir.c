@@ -388,13 +388,24 @@ static int utf8_enc(uint32_t c, uint8_t *o)
 	return 4;
 }
 
-static void utf8_split(struct gm_b *b, int32_t alt, uint32_t lo, uint32_t hi)
+/* A code point range as UTF-8: one byte range per byte. */
+struct u8seq {
+	uint8_t n, lo[4], hi[4];
+};
+
+struct u8seqs {
+	struct u8seq *s;
+	size_t n, cap;
+	bool oom;
+};
+
+static void utf8_split(struct u8seqs *out, uint32_t lo, uint32_t hi)
 {
 	static const uint32_t bound[] = { 0x7F, 0x7FF, 0xFFFF, 0x10FFFF };
 	for (int i = 0; i < 3; i++)
 		if (lo <= bound[i] && hi > bound[i]) {
-			utf8_split(b, alt, lo, bound[i]);
-			utf8_split(b, alt, bound[i] + 1, hi);
+			utf8_split(out, lo, bound[i]);
+			utf8_split(out, bound[i] + 1, hi);
 			return;
 		}
 	uint8_t a[4], z[4];
@@ -404,39 +415,87 @@ static void utf8_split(struct gm_b *b, int32_t alt, uint32_t lo, uint32_t hi)
 			uint32_t m = (1u << (6 * i)) - 1;
 			if ((lo & ~m) != (hi & ~m)) {
 				if (lo & m) {
-					utf8_split(b, alt, lo, lo | m);
-					utf8_split(b, alt, (lo | m) + 1, hi);
+					utf8_split(out, lo, lo | m);
+					utf8_split(out, (lo | m) + 1, hi);
 					return;
 				}
 				if ((hi & m) != m) {
-					utf8_split(b, alt, lo, (hi & ~m) - 1);
-					utf8_split(b, alt, hi & ~m, hi);
+					utf8_split(out, lo, (hi & ~m) - 1);
+					utf8_split(out, hi & ~m, hi);
 					return;
 				}
 			}
 		}
 	utf8_enc(hi, z);
-	int32_t seq[4];
-	for (int i = 0; i < n; i++)
-		seq[i] = gmb_bytes(b, a[i], z[i]);
-	gmb_prod(b, alt, seq, n);
+	if (!gm_grow((void **)&out->s, &out->cap, out->n + 1, sizeof *out->s)) {
+		out->oom = true;
+		return;
+	}
+	struct u8seq *q = &out->s[out->n++];
+	q->n = (uint8_t)n;
+	memcpy(q->lo, a, n);
+	memcpy(q->hi, z, n);
+}
+
+static int by_ranges(const void *x, const void *y)
+{
+	const struct u8seq *p = x, *q = y;
+	for (int i = 0; i < 4 && i < p->n && i < q->n; i++) {
+		if (p->lo[i] != q->lo[i])
+			return p->lo[i] - q->lo[i];
+		if (p->hi[i] != q->hi[i])
+			return p->hi[i] - q->hi[i];
+	}
+	return p->n - q->n;
+}
+
+/* Sequences s[0..n) (sorted) from byte i on, those that share a byte range
+ * there under one production: a set expecting the class then holds one
+ * item per distinct first range, not one per range of code points. */
+static int32_t factor(struct gm_b *b, const struct u8seq *s, size_t n, int i)
+{
+	int32_t nt = gmb_nt(b);
+	for (size_t a = 0, e; a < n && !b->failed; a = e) {
+		for (e = a + 1; e < n && s[e].lo[i] == s[a].lo[i] && s[e].hi[i] == s[a].hi[i]; e++)
+			;
+		int32_t seq[4];
+		int k = 0;
+		seq[k++] = gmb_bytes(b, s[a].lo[i], s[a].hi[i]);
+		if (e - a == 1)
+			for (int j = i + 1; j < s[a].n; j++)
+				seq[k++] = gmb_bytes(b, s[a].lo[j], s[a].hi[j]);
+		else if (s[a].n > i + 1)
+			seq[k++] = factor(b, s + a, e - a, i + 1);
+		gmb_prod(b, nt, seq, k);
+	}
+	return nt;
 }
 
 int32_t gmb_cps(struct gm_b *b, const uint32_t (*r)[2], int n)
 {
-	int32_t alt = gmb_nt(b);
-	for (int i = 0; i < n && !b->failed; i++) {
+	struct u8seqs q = { 0 };
+	for (int i = 0; i < n; i++) {
 		uint32_t lo = r[i][0], hi = r[i][1] > 0x10FFFF ? 0x10FFFF : r[i][1];
 		/* surrogates are not characters: UTF-8 cannot carry them */
 		if (lo <= 0xDFFF && hi >= 0xD800) {
 			if (lo < 0xD800)
-				utf8_split(b, alt, lo, 0xD7FF);
+				utf8_split(&q, lo, 0xD7FF);
 			if (hi > 0xDFFF)
-				utf8_split(b, alt, 0xE000, hi);
+				utf8_split(&q, 0xE000, hi);
 		} else if (lo <= hi) {
-			utf8_split(b, alt, lo, hi);
+			utf8_split(&q, lo, hi);
 		}
 	}
+	int32_t alt = 0;
+	if (q.oom) {
+		gmb_fail(b, "out of memory");
+	} else if (!q.n) {
+		alt = gmb_nt(b); /* no production: matches nothing */
+	} else {
+		qsort(q.s, q.n, sizeof *q.s, by_ranges);
+		alt = factor(b, q.s, q.n, 0);
+	}
+	free(q.s);
 	return alt;
 }
 

@@ -467,25 +467,52 @@ static int32_t chars_term(struct gm_b *b, const char *chars)
 	return gmb_set(b, set);
 }
 
-/* A backslash and what follows it for every control character (short
- * forms where JSON has them), and for '"' and '\\' as asked: one
- * alternative where each escape would be its own, and a parser state
- * inside a string holds a handful of items, not dozens. */
-static int32_t esc_all(struct gm_b *b, bool quote, bool bslash)
+/* A backslash and what follows it for the control characters in ctl (a
+ * bit each; short forms where JSON has them, else \u00XX in lowercase
+ * hex), and for '"' and '\\' as asked: one alternative where each escape
+ * would be its own, so a parser state inside a string holds a handful of
+ * items, not dozens (`\S` takes 27 controls). 0 if there are none. */
+static int32_t esc_of(struct gm_b *b, uint32_t ctl, bool quote, bool bslash)
 {
-	int32_t *nt = &b->esc_nt[quote * 2 + bslash];
-	if (*nt)
+	int32_t *nt = ctl == UINT32_MAX ? &b->esc_nt[quote * 2 + bslash] : NULL;
+	if (nt && *nt)
 		return *nt - 1;
-	const char *shorts = quote ? (bslash ? "bfnrt\"\\" : "bfnrt\"") : bslash ? "bfnrt\\" : "bfnrt";
-	/* \u00XX for the controls without a short form, lowercase hex */
-	int32_t u0[2] = { gmb_byte(b, '0'), chars_term(b, "01234567bef") };
-	int32_t u1[2] = { gmb_byte(b, '1'), chars_term(b, "0123456789abcdef") };
-	int32_t last[2] = { gmb_seq(b, u0, 2), gmb_seq(b, u1, 2) };
-	int32_t u[4] = { gmb_byte(b, 'u'), gmb_byte(b, '0'), gmb_byte(b, '0'), gmb_alt(b, last, 2) };
-	int32_t tail[2] = { chars_term(b, shorts), gmb_seq(b, u, 4) };
-	int32_t e[2] = { gmb_byte(b, '\\'), gmb_alt(b, tail, 2) };
+	static const char sh[32] = { ['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n', ['\r'] = 'r', ['\t'] = 't' };
+	static const char hx[] = "0123456789abcdef";
+	char shorts[8], low[2][17];
+	int ns = 0, nl[2] = { 0, 0 };
+	for (int c = 0; c < 32; c++)
+		if (ctl >> c & 1) {
+			if (sh[c])
+				shorts[ns++] = sh[c];
+			else
+				low[c >> 4][nl[c >> 4]++] = hx[c & 15];
+		}
+	if (quote)
+		shorts[ns++] = '"';
+	if (bslash)
+		shorts[ns++] = '\\';
+	shorts[ns] = 0;
+	int32_t tail[2], last[2];
+	int nt_ = 0, nlast = 0;
+	if (ns)
+		tail[nt_++] = chars_term(b, shorts);
+	for (int h = 0; h < 2; h++)
+		if (nl[h]) {
+			low[h][nl[h]] = 0;
+			int32_t two[2] = { gmb_byte(b, (uint8_t)"01"[h]), chars_term(b, low[h]) };
+			last[nlast++] = gmb_seq(b, two, 2);
+		}
+	if (nlast) {
+		int32_t u[4] = { gmb_byte(b, 'u'), gmb_byte(b, '0'), gmb_byte(b, '0'), gmb_alt(b, last, nlast) };
+		tail[nt_++] = gmb_seq(b, u, 4);
+	}
+	if (!nt_)
+		return 0;
+	int32_t e[2] = { gmb_byte(b, '\\'), gmb_alt(b, tail, nt_) };
 	int32_t r = gmb_seq(b, e, 2);
-	*nt = r + 1;
+	if (nt)
+		*nt = r + 1;
 	return r;
 }
 
@@ -501,25 +528,15 @@ static int32_t multibyte_all(struct gm_b *b)
 
 int32_t gm_json_chars(struct gm_b *b, const struct gm_cps *s)
 {
-	static const char *esc[32] = { ['\b'] = "\\b", ['\f'] = "\\f", ['\n'] = "\\n",
-				       ['\r'] = "\\r", ['\t'] = "\\t" };
 	struct gm_cps raw = { 0 };
-	int32_t alts[40];
+	int32_t alts[3];
 	int n = 0;
-	bool ctl = s->n > 0 && s->r[0][0] == 0 && s->r[0][1] >= 0x1F, quote = false, bslash = false;
+	uint32_t ctl = 0;
+	bool quote = false, bslash = false;
 	for (int i = 0; i < s->n; i++) {
 		uint32_t lo = s->r[i][0], hi = s->r[i][1];
-		for (uint32_t c = lo; !ctl && c <= hi && c < 0x20; c++) {
-			char u[8];
-			const char *e = esc[c];
-			if (!e) {
-				static const char hx[] = "0123456789abcdef";
-				u[0] = '\\', u[1] = 'u', u[2] = '0', u[3] = '0', u[4] = hx[c >> 4], u[5] = hx[c & 15];
-				u[6] = 0;
-				e = u;
-			}
-			alts[n++] = gmb_lit(b, e, strlen(e));
-		}
+		for (uint32_t c = lo; c <= hi && c < 0x20; c++)
+			ctl |= 1u << c;
 		quote |= lo <= '"' && hi >= '"';
 		bslash |= lo <= '\\' && hi >= '\\';
 		if (lo < 0x20)
@@ -538,14 +555,8 @@ int32_t gm_json_chars(struct gm_b *b, const struct gm_cps *s)
 		if (lo <= hi)
 			cps_add(&raw, lo, hi);
 	}
-	if (ctl) {
-		alts[n++] = esc_all(b, quote, bslash);
-	} else {
-		if (quote)
-			alts[n++] = gmb_lit(b, "\\\"", 2);
-		if (bslash)
-			alts[n++] = gmb_lit(b, "\\\\", 2);
-	}
+	if (ctl || quote || bslash)
+		alts[n++] = esc_of(b, ctl, quote, bslash);
 	if (cps_failed(&raw)) {
 		gmb_fail(b, "out of memory");
 		return 0;
