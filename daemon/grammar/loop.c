@@ -251,8 +251,7 @@ static bool univ_char(struct walk *w, size_t d0, const struct gm_shape *sh, int 
 			w->path[d + 1] = next;
 			taken = univ_char(w, d0, sh, i + 1, d + 1, h);
 		}
-		while (w->m->n_sets - 1 > w->base + d)
-			gmm_pop(w->m);
+		gmm_pop_to(w, d);
 		if (!taken)
 			return false;
 	}
@@ -297,8 +296,7 @@ bool gmm_univ_root(struct walk *w)
 	w->budget = UNIV_BUDGET;
 	bool ok = univ(w, 0, h);
 	w->m->univ_last = ok;
-	while (w->m->n_sets - 1 > w->base)
-		gmm_pop(w->m);
+	gmm_pop_to(w, 0);
 	return ok;
 }
 
@@ -512,8 +510,7 @@ void gmm_loop_mask(struct walk *w, size_t words)
 		w->nodes = tries[d]->nodes;
 		w->toks = tries[d]->toks;
 		gmm_walk(w, &w->nodes[0], d);
-		while (m->n_sets - 1 > w->base)
-			gmm_pop(m);
+		gmm_pop_to(w, 0);
 	}
 	w->nodes = v->nodes;
 	w->toks = v->toks;

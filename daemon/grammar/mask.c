@@ -272,14 +272,8 @@ static void byte_reps(const struct gm_matcher *m, uint8_t *rep)
 static bool grp_make(struct walk *w, size_t d)
 {
 	struct stc *c = w->c;
-	if (c->n_grp + 256 > c->cap_grp) {
-		size_t cap = c->cap_grp ? c->cap_grp * 2 : 64 * 256;
-		uint8_t *g = realloc(c->grp, cap);
-		if (!g)
-			return false;
-		c->grp = g;
-		c->cap_grp = cap;
-	}
+	if (!gm_grow((void **)&c->grp, &c->cap_grp, c->n_grp + 256, 1))
+		return false;
 	byte_reps(w->m, c->grp + c->n_grp);
 	c->st[w->path[d]].grp = (uint32_t)c->n_grp;
 	c->n_grp += 256;
@@ -307,10 +301,8 @@ static uint8_t byte_rep(struct walk *w, size_t d, uint8_t byte)
  * GRP_NONE on OOM. */
 uint32_t gmm_reps(struct walk *w, size_t d)
 {
-	struct gm_matcher *m = w->m;
 	if (w->c->st[w->path[d]].grp == GRP_NONE) {
-		while (m->n_sets - 1 > w->base + d)
-			gmm_pop(m);
+		gmm_pop_to(w, d);
 		if (!gmm_materialize(w, d) || !grp_make(w, d))
 			return GRP_NONE;
 	}
@@ -329,8 +321,7 @@ uint32_t gmm_trans(struct walk *w, size_t d, uint8_t byte)
 	if (found)
 		return *slot;
 	uint32_t next = ST_DEAD;
-	while (m->n_sets - 1 > w->base + d)
-		gmm_pop(m);
+	gmm_pop_to(w, d);
 	if (gmm_materialize(w, d)) {
 		uint8_t rep = byte_rep(w, d, byte);
 		const uint32_t *known = rep != byte ? tfind(w->c, w->path[d], rep) : NULL;
@@ -365,8 +356,7 @@ void gmm_step(struct walk *w, const struct gm_node *c, size_t d)
 		if (!w->below || !gmm_loops_below(w, c, d + 1))
 			gmm_walk(w, c, d + 1);
 	}
-	while (m->n_sets - 1 > w->base + d)
-		gmm_pop(m);
+	gmm_pop_to(w, d);
 }
 
 void gmm_walk(struct walk *w, const struct gm_node *n, size_t d)
@@ -535,8 +525,7 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 				memset(mask, 0, words * sizeof *mask);
 			gmm_walk(w, &v->nodes[0], 0);
 		}
-		while (m->n_sets - 1 > w->base)
-			gmm_pop(m);
+		gmm_pop_to(w, 0);
 		if (w->base > m->cache_hi)
 			m->cache_hi = w->base;
 		if (!m->oom)

@@ -140,6 +140,13 @@ static inline void gmm_pop(struct gm_matcher *m)
 	}
 }
 
+/* Drop the real sets deeper than depth d of the walk. */
+static inline void gmm_pop_to(struct walk *w, size_t d)
+{
+	while (w->m->n_sets - 1 > w->base + d)
+		gmm_pop(w->m);
+}
+
 /* mask.c */
 void gmm_stc_clear(struct stc *c);
 void gmm_stc_free(struct stc *c);
