@@ -181,7 +181,7 @@ static int run_of(struct walk *w, size_t d, int max)
 	struct st *st = &w->c->st[w->path[d]];
 	if (st->loop == LOOP_YES)
 		return max;
-	if (st->run != RUN_UNKNOWN)
+	if (st->run != RUN_UNKNOWN && (st->run >= max || !st->run_cut))
 		return st->run < max ? st->run : max;
 	int run = 0;
 	if (max > 0 && d + 2 < sizeof w->path / sizeof *w->path) {
@@ -191,6 +191,7 @@ static int run_of(struct walk *w, size_t d, int max)
 			ok = chars_ok(&l);
 			free(l.want);
 			free(l.tmp);
+			w->c->st[w->path[d]].one = ok;
 		}
 		if (ok && gmm_push(m, gm_shapes[0].lo[0])) {
 			uint32_t next = gmm_intern(m, w->c, w->base + d + 1, w->base, w->path);
@@ -204,8 +205,9 @@ static int run_of(struct walk *w, size_t d, int max)
 			gmm_pop(m);
 		}
 	}
-	/* a run cut by max is a lower bound: still true when kept */
+	/* a run cut by max is a lower bound, looked at again for a longer one */
 	w->c->st[w->path[d]].run = (uint8_t)run;
+	w->c->st[w->path[d]].run_cut = run == max;
 	return run;
 }
 
@@ -215,20 +217,25 @@ static int run_of(struct walk *w, size_t d, int max)
  * allowed: inside `[a-zA-Z0-9_-]{162}` searched for, each character leads
  * elsewhere but none is refused. univ(S, h): every run of characters of at
  * most h bytes, the last one possibly cut short, is taken from S. It holds
- * when each character's state S' has univ(S', h - its length); one back
- * to S needs nothing (induction on h). Bytes are tried one per group of
- * those scanned by the same items, and what is proven is kept per state,
- * so the next root (a state of this proof) extends it by a token. */
+ * when each character's state S' has univ(S', h - its length). A state
+ * whose proof is in progress for at least that length needs nothing more
+ * (induction on the run's length), so a search's states that lead back to
+ * each other are proven once, not once per byte of h. Bytes are tried one
+ * per group of those scanned by the same items, and what is proven is
+ * kept per state, so the next root (a state of this proof) extends it by
+ * a token; what leaned on a claim above it is kept only if the root's
+ * proof holds. */
 
-static bool univ(struct walk *w, size_t d, int h);
+static bool univ(struct walk *w, size_t d, int h, size_t *dep);
 
 /* Byte i of every character of shape sh begun at depth d0 (now at d). */
-static bool univ_char(struct walk *w, size_t d0, const struct gm_shape *sh, int i, size_t d, int h)
+static bool univ_char(struct walk *w, size_t d0, const struct gm_shape *sh, int i, size_t d, int h,
+		      size_t *dep)
 {
 	if (i == h)
 		return true; /* a token ends inside the character */
 	if (i == sh->n)
-		return w->path[d] == w->path[d0] || univ(w, d, h - sh->n);
+		return w->path[d] == w->path[d0] || univ(w, d, h - sh->n, dep);
 	size_t work = w->m->work;
 	uint32_t off = gmm_reps(w, d);
 	w->budget -= (int)(w->m->work - work);
@@ -249,7 +256,7 @@ static bool univ_char(struct walk *w, size_t d0, const struct gm_shape *sh, int 
 		bool taken = next != ST_DEAD && !w->m->oom && w->budget > 0;
 		if (taken) {
 			w->path[d + 1] = next;
-			taken = univ_char(w, d0, sh, i + 1, d + 1, h);
+			taken = univ_char(w, d0, sh, i + 1, d + 1, h, dep);
 		}
 		gmm_pop_to(w, d);
 		if (!taken)
@@ -258,17 +265,46 @@ static bool univ_char(struct walk *w, size_t d0, const struct gm_shape *sh, int 
 	return true;
 }
 
-static bool univ(struct walk *w, size_t d, int h)
+/* Keep state s's uyes to restore should the root's proof fail. */
+static bool undo_push(struct walk *w, uint32_t s, uint8_t uyes)
+{
+	if (!gm_grow((void **)&w->undo, &w->cap_undo, w->n_undo + 1, sizeof *w->undo))
+		return w->m->oom = true, false;
+	w->undo[w->n_undo++] = (struct undo){ s, uyes };
+	return true;
+}
+
+/* dep: lowered to the depth of the shallowest claim in progress leaned
+ * on; to 0 for a claim kept that leans on one (known only at the end). */
+static bool univ(struct walk *w, size_t d, int h, size_t *dep)
 {
 	struct st *st = &w->c->st[w->path[d]];
-	if (h <= st->uyes || st->loop == LOOP_YES)
+	if (st->loop == LOOP_YES)
 		return true;
+	if (h <= st->uyes) {
+		if (st->utent)
+			*dep = 0;
+		return true;
+	}
+	if (h <= st->uwip) {
+		if (st->ud < *dep)
+			*dep = st->ud;
+		return true;
+	}
 	if (h >= st->uno || w->budget <= 0)
 		return false;
+	st->uwip = (uint8_t)h;
+	st->ud = (uint16_t)d;
+	size_t mine = SIZE_MAX;
 	bool ok = true;
 	for (int s = 0; s < GM_N_SHAPES && ok; s++)
-		ok = univ_char(w, d, &gm_shapes[s], 0, d, h);
+		ok = univ_char(w, d, &gm_shapes[s], 0, d, h, &mine);
 	st = &w->c->st[w->path[d]];
+	st->uwip = 0;
+	if (ok && mine < d) {
+		*dep = mine < *dep ? mine : *dep;
+		ok = st->utent = undo_push(w, w->path[d], st->uyes);
+	}
 	if (ok)
 		st->uyes = (uint8_t)h;
 	else if (w->budget > 0 && !w->m->oom)
@@ -283,19 +319,27 @@ static bool univ(struct walk *w, size_t d, int h)
 bool gmm_univ_root(struct walk *w)
 {
 	int h = (int)w->v->max_len;
-	/* a root first met now, after one that did not hold, is likely a key's
-	 * or a value's own state: its proof would serve no other root */
-	if (h >= UINT8_MAX || h + 2 >= (int)(sizeof w->path / sizeof *w->path) ||
-	    (w->path[0] >= w->st0 && !w->m->univ_last))
+	/* a root that takes every character to one state counts: its runs
+	 * (gmm_loops_below) show as much, for less */
+	if (h >= UINT8_MAX || h + 2 >= (int)(sizeof w->path / sizeof *w->path) || w->c->st[w->path[0]].one)
 		return false;
 	const uint64_t *first = w->c->st[w->path[0]].ok; /* every character's first byte, first */
 	for (int s = 0; s < GM_N_SHAPES; s++)
 		for (int b = gm_shapes[s].lo[0]; b <= gm_shapes[s].hi[0]; b++)
 			if (!(first[b >> 6] >> (b & 63) & 1))
-				return w->m->univ_last = false;
+				return false;
 	w->budget = UNIV_BUDGET;
-	bool ok = univ(w, 0, h);
-	w->m->univ_last = ok;
+	size_t dep = SIZE_MAX;
+	bool ok = univ(w, 0, h, &dep);
+	while (w->n_undo) { /* what leaned on the root's claim holds with it */
+		struct undo *u = &w->undo[--w->n_undo];
+		w->c->st[u->s].utent = false;
+		if (!ok)
+			w->c->st[u->s].uyes = u->uyes;
+	}
+	free(w->undo);
+	w->undo = NULL;
+	w->n_undo = w->cap_undo = 0;
 	gmm_pop_to(w, 0);
 	return ok;
 }
@@ -330,7 +374,7 @@ bool gmm_loops_below(struct walk *w, const struct gm_node *c, size_t d)
 	}
 	if (st->loop != LOOP_YES) {
 		int h = w->v->height[at];
-		if (st->run == RUN_UNKNOWN && d <= LOOP_DEPTH && h <= RUN_MAX) {
+		if ((st->run == RUN_UNKNOWN || (st->run_cut && st->run < h)) && d <= LOOP_DEPTH && h <= RUN_MAX) {
 			uint32_t s = w->path[d];
 			if (!gmm_materialize(w, d))
 				return false;
@@ -473,6 +517,7 @@ void gmm_root_check(struct walk *w)
 	free(l.tmp);
 	struct st *r = &w->c->st[w->path[0]];
 	r->rloop = s1 != ST_DEAD && s2 != ST_DEAD ? LOOP_YES : LOOP_NO;
+	r->one = best >= 0 && n_exc == 0 && !m->oom;
 	r->s1 = s1;
 	r->s2 = s2;
 	memcpy(r->exc, exc, sizeof exc);

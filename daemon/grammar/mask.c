@@ -106,12 +106,15 @@ uint32_t gmm_intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, con
 	st->n = 0;
 	st->loop = LOOP_UNKNOWN;
 	st->run = RUN_UNKNOWN;
+	st->run_cut = false;
 	st->one = false;
 	st->grp = GRP_NONE;
 	st->misses = 0;
 	st->rloop = LOOP_UNKNOWN;
 	st->uyes = 0;
 	st->uno = UINT8_MAX;
+	st->uwip = 0;
+	st->utent = false;
 	memset(st->exc, 0, sizeof st->exc);
 	memset(st->ok, 0, sizeof st->ok);
 	uint32_t *pp = c->pos + c->n_items;
@@ -505,7 +508,7 @@ int gm_matcher_mask(struct gm_matcher *m, uint32_t *mask)
 	if (!w)
 		return -1;
 	*w = (struct walk){ .m = m, .v = v, .c = c, .mask = mask, .base = m->n_sets - 1,
-			    .nodes = v->nodes, .toks = v->toks, .st0 = c->n_st };
+			    .nodes = v->nodes, .toks = v->toks };
 	uint32_t key = m->slow ? SC_NONE : set_code(m, w->base);
 	int hit = mask_cached(m, key);
 	if (hit >= 0) {

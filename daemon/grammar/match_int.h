@@ -27,6 +27,7 @@ struct st {
 	uint8_t loop;    /* deeper than a root: loops on string characters */
 	uint8_t run;     /* takes at least this many string characters, each to
 			  * one state whatever it is (a count), RUN_UNKNOWN */
+	bool run_cut;    /* run stopped at the length looked for: a lower bound */
 	bool one;        /* known to take every string character to one state */
 	uint8_t rloop;   /* as a root: root_check's verdict */
 	uint32_t s1, s2; /* rloop LOOP_YES: the states after one, two characters */
@@ -34,6 +35,9 @@ struct st {
 	uint8_t misses;  /* transitions built from it, up to 2 */
 	uint8_t uyes;    /* takes every run of string characters this many bytes long */
 	uint8_t uno;     /* a run this long it does not take, UINT8_MAX */
+	uint8_t uwip;    /* the run length a proof in progress claims for it, 0 */
+	bool utent;      /* uyes leans on a proof not done yet (undone if it fails) */
+	uint16_t ud;     /* the depth its claim in progress is at */
 	uint64_t exc[4]; /* rloop LOOP_YES: first bytes that do not lead to s1 */
 };
 
@@ -96,7 +100,6 @@ struct gm_matcher {
 	bool oom;
 	bool slow; /* masks by the whole trie only (tests) */
 	size_t work; /* items sets were built with, for the proofs' budgets */
-	bool univ_last; /* the last root proven to take every run of characters */
 	struct stc cache; /* the mask walk's states, below */
 	size_t cache_hi;  /* the highest real set a cached state may name */
 	uint32_t *scode;  /* per set: its content code, SC_NONE until known */
@@ -117,8 +120,9 @@ struct walk {
 	size_t base;     /* the real set the walk starts from */
 	bool below;      /* whole subtrees may be taken where the state loops */
 	int budget;      /* what the root's proof may still cost */
-	uint32_t st0;    /* states met before this walk */
 	bool univ_root;  /* the root takes every run of characters: plain tokens allowed */
+	struct undo { uint32_t s; uint8_t uyes; } *undo; /* what the root's proof leans on */
+	size_t n_undo, cap_undo;
 	uint32_t path[1024]; /* state by depth */
 	uint8_t bytes[1024]; /* the byte taken at each depth */
 };
