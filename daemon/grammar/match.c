@@ -103,10 +103,12 @@ static bool hash_grow(struct gm_matcher *m)
 }
 
 /* A large set's items waiting for a nonterminal, sorted by it: completing
- * into the set takes a binary search, not a pass over every item. Built
- * the first time a completion looks into the set, dropped with it. */
+ * into the set takes a binary search, not a pass over every item; and
+ * its items before a terminal, in order: scanning a byte from it passes
+ * over those only. Built the first time either is needed, dropped with
+ * the set. */
 struct byn {
-	uint32_t n;
+	uint32_t n, n_scan; /* it[0..n): by nonterminal; it[n..n + n_scan): terminals */
 	struct byn_item {
 		int32_t sym;
 		uint32_t pos, origin;
@@ -115,27 +117,103 @@ struct byn {
 
 #define BYN_MIN 48 /* smaller sets are scanned */
 
-static int cmp_byn(const void *a, const void *b)
+/* Sort keys k (each with payload v[i] where v is not NULL) stably: LSD
+ * radix, 11 bits a pass, a pass skipped where every key has the same
+ * digit. A large set's sort went mostly to qsort's callbacks. False on
+ * OOM (k and v as they were). */
+static bool radix_sort(uint64_t *k, uint32_t *v, size_t n)
 {
-	const struct byn_item *x = a, *y = b;
-	if (x->sym != y->sym)
-		return x->sym < y->sym ? -1 : 1;
-	return x->pos < y->pos ? -1 : x->pos > y->pos;
+	if (n < 32) { /* insertion: stable, and cheaper at this size */
+		for (size_t i = 1; i < n; i++) {
+			uint64_t x = k[i];
+			uint32_t y = v ? v[i] : 0;
+			size_t j = i;
+			for (; j > 0 && k[j - 1] > x; j--) {
+				k[j] = k[j - 1];
+				if (v)
+					v[j] = v[j - 1];
+			}
+			k[j] = x;
+			if (v)
+				v[j] = y;
+		}
+		return true;
+	}
+	uint64_t *k2 = malloc(n * sizeof *k2), all = ~0ull, any = 0;
+	uint32_t *v2 = v ? malloc(n * sizeof *v2) : NULL;
+	if (!k2 || (v && !v2)) {
+		free(k2);
+		free(v2);
+		return false;
+	}
+	for (size_t i = 0; i < n; i++)
+		all &= k[i], any |= k[i];
+	uint64_t *ks = k, *kd = k2;
+	uint32_t *vs = v, *vd = v2;
+	for (int shift = 0; shift < 64; shift += 11) {
+		if (!((all ^ any) >> shift & 0x7FF))
+			continue;
+		uint32_t at[2048] = { 0 };
+		for (size_t i = 0; i < n; i++)
+			at[ks[i] >> shift & 0x7FF]++;
+		for (uint32_t d = 0, sum = 0; d < 2048; d++) {
+			uint32_t c = at[d];
+			at[d] = sum;
+			sum += c;
+		}
+		for (size_t i = 0; i < n; i++) {
+			uint32_t j = at[ks[i] >> shift & 0x7FF]++;
+			kd[j] = ks[i];
+			if (v)
+				vd[j] = vs[i];
+		}
+		uint64_t *tk = ks;
+		ks = kd, kd = tk;
+		uint32_t *tv = vs;
+		vs = vd, vd = tv;
+	}
+	if (ks != k) {
+		memcpy(k, ks, n * sizeof *k);
+		if (v)
+			memcpy(v, vs, n * sizeof *v);
+	}
+	free(k2);
+	free(v2);
+	return true;
 }
 
 static struct byn *byn_build(struct gm_matcher *m, size_t o)
 {
 	size_t from = m->sets[o], to = m->sets[o + 1], n = 0;
 	struct byn *b = malloc(sizeof *b + (to - from) * sizeof b->it[0]);
-	if (!b)
+	uint64_t *key = malloc((to - from + 1) * sizeof *key);
+	uint32_t *org = malloc((to - from + 1) * sizeof *org);
+	if (!b || !key || !org) {
+		free(b), free(key), free(org);
 		return NULL;
+	}
 	for (size_t j = from; j < to; j++) {
 		int32_t sym = gm_sym(m->g, m->it[j].pos);
-		if (sym >= 0)
-			b->it[n++] = (struct byn_item){ sym, m->it[j].pos, m->it[j].origin };
+		if (sym >= 0) {
+			key[n] = (uint64_t)sym << 32 | m->it[j].pos;
+			org[n++] = m->it[j].origin;
+		}
 	}
+	if (!radix_sort(key, org, n)) {
+		free(b), free(key), free(org);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++)
+		b->it[i] = (struct byn_item){ (int32_t)(key[i] >> 32), (uint32_t)key[i], org[i] };
 	b->n = (uint32_t)n;
-	qsort(b->it, n, sizeof b->it[0], cmp_byn);
+	b->n_scan = 0;
+	for (size_t j = from; j < to; j++) {
+		int32_t sym = gm_sym(m->g, m->it[j].pos);
+		if (sym < 0 && sym != GM_END)
+			b->it[n + b->n_scan++] = (struct byn_item){ sym, m->it[j].pos, m->it[j].origin };
+	}
+	free(key);
+	free(org);
 	return b;
 }
 
@@ -215,15 +293,22 @@ bool gmm_set_push(struct gm_matcher *m)
 bool gmm_push(struct gm_matcher *m, uint8_t c)
 {
 	const struct gm_grammar *g = m->g;
-	size_t from = m->sets[m->n_sets - 1], to = m->n_it;
+	size_t k = m->n_sets - 1, from = m->sets[k], to = m->n_it;
 	if (!gmm_set_push(m))
 		return false;
 	uint64_t bit = 1ull << (c & 63);
 	int w = c >> 6;
-	for (size_t j = from; j < to; j++) {
-		int32_t sym = gm_sym(g, m->it[j].pos);
-		if (sym < 0 && sym != GM_END && (g->terms[GM_TIDX(sym)][w] & bit))
-			add(m, gm_next(g, m->it[j].pos), m->it[j].origin);
+	if (m->byn[k] || (to - from >= 4 * BYN_MIN && (m->byn[k] = byn_build(m, k)))) {
+		const struct byn *b = m->byn[k];
+		for (uint32_t i = b->n; i < b->n + b->n_scan; i++)
+			if (g->terms[GM_TIDX(b->it[i].sym)][w] & bit)
+				add(m, gm_next(g, b->it[i].pos), b->it[i].origin);
+	} else {
+		for (size_t j = from; j < to; j++) {
+			int32_t sym = gm_sym(g, m->it[j].pos);
+			if (sym < 0 && sym != GM_END && (g->terms[GM_TIDX(sym)][w] & bit))
+				add(m, gm_next(g, m->it[j].pos), m->it[j].origin);
+		}
 	}
 	if (m->n_it == m->sets[m->n_sets - 1] || m->oom) {
 		gmm_pop(m);
@@ -353,7 +438,8 @@ static int cmp_u64(const void *a, const void *b)
 
 size_t gmm_sort_unique(uint64_t *a, size_t n)
 {
-	qsort(a, n, sizeof *a, cmp_u64);
+	if (!radix_sort(a, NULL, n))
+		qsort(a, n, sizeof *a, cmp_u64);
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
 		if (!k || a[i] != a[k - 1])
