@@ -25,6 +25,7 @@ void gmm_stc_clear(struct stc *c)
 	c->n_st = 0;
 	c->tn = 0;
 	c->n_grp = 0;
+	c->n_rows = 0;
 	if (c->index)
 		memset(c->index, 0, c->icap * sizeof *c->index);
 	if (c->tkey)
@@ -40,6 +41,7 @@ void gmm_stc_free(struct stc *c)
 	free(c->tkey);
 	free(c->tval);
 	free(c->grp);
+	free(c->rows);
 	memset(c, 0, sizeof *c);
 }
 
@@ -110,6 +112,8 @@ uint32_t gmm_intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, con
 	st->one = false;
 	st->grp = GRP_NONE;
 	st->misses = 0;
+	st->hot = 0;
+	st->row = ROW_NONE;
 	st->rloop = LOOP_UNKNOWN;
 	st->uyes = 0;
 	st->uno = UINT8_MAX;
@@ -314,15 +318,38 @@ uint32_t gmm_reps(struct walk *w, size_t d)
 
 /* The state after byte from the state at depth d: known, or built from
  * the path's real sets (materialized down to d). ST_DEAD if none. */
+/* Give state s a row once it is hot; false if it has none. */
+static bool row_of(struct stc *c, uint32_t s)
+{
+	struct st *st = &c->st[s];
+	if (st->row != ROW_NONE)
+		return true;
+	if (++st->hot < ROW_HOT || c->n_rows == ROW_MAX ||
+	    !gm_grow((void **)&c->rows, &c->cap_rows, (c->n_rows + 1) * 256, sizeof *c->rows))
+		return false;
+	for (int b = 0; b < 256; b++)
+		c->rows[c->n_rows * 256 + b] = ROW_UNKNOWN;
+	st->row = (uint32_t)c->n_rows++;
+	return true;
+}
+
 uint32_t gmm_trans(struct walk *w, size_t d, uint8_t byte)
 {
 	struct gm_matcher *m = w->m;
+	struct stc *c = w->c;
+	uint32_t s = w->path[d];
+	bool row = row_of(c, s);
+	if (row && c->rows[(size_t)c->st[s].row * 256 + byte] != ROW_UNKNOWN)
+		return c->rows[(size_t)c->st[s].row * 256 + byte];
 	bool found;
-	uint32_t *slot = tslot(m, w->c, w->path[d], byte, &found);
+	uint32_t *slot = tslot(m, c, s, byte, &found);
 	if (!slot)
 		return ST_DEAD;
-	if (found)
+	if (found) {
+		if (row)
+			c->rows[(size_t)c->st[s].row * 256 + byte] = *slot;
 		return *slot;
+	}
 	uint32_t next = ST_DEAD;
 	gmm_pop_to(w, d);
 	if (gmm_materialize(w, d)) {
@@ -334,8 +361,10 @@ uint32_t gmm_trans(struct walk *w, size_t d, uint8_t byte)
 			next = gmm_intern(m, w->c, m->n_sets - 1, w->base, w->path);
 	}
 	/* the slot may have moved while interning: look it up again */
-	if ((slot = tslot(m, w->c, w->path[d], byte, &found)))
+	if ((slot = tslot(m, c, s, byte, &found)))
 		*slot = next;
+	if (row && !m->oom)
+		c->rows[(size_t)c->st[s].row * 256 + byte] = next;
 	return next;
 }
 

@@ -33,6 +33,8 @@ struct st {
 	uint32_t s1, s2; /* rloop LOOP_YES: the states after one, two characters */
 	uint32_t grp;    /* offset of its bytes' representatives in stc.grp, GRP_NONE */
 	uint8_t misses;  /* transitions built from it, up to 2 */
+	uint8_t hot;     /* its transitions looked up, up to ROW_HOT */
+	uint32_t row;    /* its row in stc.rows, ROW_NONE */
 	uint8_t uyes;    /* takes every run of string characters this many bytes long */
 	uint8_t uno;     /* a run this long it does not take, UINT8_MAX */
 	uint8_t uwip;    /* the run length a proof in progress claims for it, 0 */
@@ -42,6 +44,12 @@ struct st {
 };
 
 #define GRP_NONE UINT32_MAX
+/* A state looked up this often gets a row: its transitions by byte, one
+ * load instead of a hash probe (the walk's cost per node). */
+#define ROW_HOT 8
+#define ROW_MAX 16384 /* rows (1 KiB each) per cache */
+#define ROW_NONE UINT32_MAX
+#define ROW_UNKNOWN (UINT32_MAX - 1)
 #define RUN_UNKNOWN 0xFF
 #define RUN_MAX 40 /* the longest run looked for: taller subtrees are walked */
 
@@ -70,6 +78,8 @@ struct stc {
 	uint32_t tcap, tn;
 	uint8_t *grp; /* per state that has them: 256 bytes, each one's representative */
 	size_t n_grp, cap_grp;
+	uint32_t *rows; /* per hot state: its transitions by byte, ROW_UNKNOWN if not looked up */
+	size_t n_rows, cap_rows;
 };
 
 /* Sets by content (below): interned arrays of (pos << 32 | origin code). */
