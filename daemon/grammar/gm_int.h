@@ -82,6 +82,9 @@ struct gm_vocab {
 	uint32_t *sub_end;
 	uint8_t *plain_below;
 	uint8_t *height; /* the longest token below a node, in bytes past it (255: more) */
+	/* The ASCII bytes of the tokens below a node, past it; bit 0 stands
+	 * for the bytes from 0x80 (NUL is in no plain token). */
+	uint64_t (*bytes_below)[2];
 	uint32_t max_len; /* the longest token, in bytes */
 };
 

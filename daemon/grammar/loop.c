@@ -344,6 +344,85 @@ bool gmm_univ_root(struct walk *w)
 	return ok;
 }
 
+/* ---- states that loop on some characters --------------------------------
+ *
+ * Inside `[a-z0-9-]*` or a URI's path a state takes some characters back
+ * to itself and refuses or leaves on the others: every token below a node
+ * whose bytes are all such characters is allowed (gm_vocab.bytes_below),
+ * whatever the loop on all characters or the every-run proof say. */
+
+/* Every character of shape sh from byte i on (at depth d) ends back in
+ * the state at depth d0. */
+static bool back_char(struct walk *w, size_t d0, const struct gm_shape *sh, int i, size_t d)
+{
+	if (i == sh->n)
+		return w->path[d] == w->path[d0];
+	uint32_t off = gmm_reps(w, d);
+	if (off == GRP_NONE)
+		return false;
+	uint64_t seen[4] = { 0 };
+	for (int b = sh->lo[i]; b <= sh->hi[i]; b++) {
+		uint8_t r = w->c->grp[off + b];
+		if (seen[r >> 6] >> (r & 63) & 1)
+			continue;
+		seen[r >> 6] |= 1ull << (r & 63);
+		uint32_t next = gmm_trans(w, d, r);
+		bool back = next != ST_DEAD && !w->m->oom;
+		if (back) {
+			w->path[d + 1] = next;
+			back = back_char(w, d0, sh, i + 1, d + 1);
+		}
+		gmm_pop_to(w, d);
+		if (!back)
+			return false;
+	}
+	return true;
+}
+
+/* The characters the state at depth d takes back to itself (its cls). */
+static void class_of(struct walk *w, size_t d)
+{
+	uint64_t cls[2] = { 0 };
+	bool mb = true;
+	uint32_t off = gmm_reps(w, d);
+	for (int s = 0; off != GRP_NONE && s < GM_N_SHAPES && !w->m->oom; s++) {
+		const struct gm_shape *sh = &gm_shapes[s];
+		if (sh->n > 1) {
+			mb = mb && back_char(w, d, sh, 0, d);
+			continue;
+		}
+		for (int b = sh->lo[0]; b <= sh->hi[0]; b++) {
+			uint8_t r = w->c->grp[off + b];
+			if (r == b) { /* a group's first byte: its transition tells for all */
+				w->path[d + 1] = gmm_trans(w, d, r);
+				gmm_pop_to(w, d); /* no real set left for the next byte's state */
+			}
+			if (r == b ? w->path[d + 1] == w->path[d] : cls[r >> 6] >> (r & 63) & 1)
+				cls[b >> 6] |= 1ull << (b & 63);
+		}
+	}
+	gmm_pop_to(w, d);
+	struct st *st = &w->c->st[w->path[d]];
+	st->cls[0] = cls[0] | (mb && !w->m->oom);
+	st->cls[1] = cls[1];
+	st->cls_known = !w->m->oom;
+}
+
+/* Every token below node c (at depth d) is made of characters the state
+ * at depth d takes back to itself. */
+static bool class_below(struct walk *w, size_t at, size_t d)
+{
+	struct st *st = &w->c->st[w->path[d]];
+	if (!st->cls_known) {
+		if (d > LOOP_DEPTH)
+			return false;
+		class_of(w, d);
+		st = &w->c->st[w->path[d]];
+	}
+	const uint64_t *bb = w->v->bytes_below[at];
+	return !(bb[0] & ~st->cls[0]) && !(bb[1] & ~st->cls[1]);
+}
+
 /* The walk's first d bytes are string characters. */
 static bool plain_path(const struct walk *w, size_t d)
 {
@@ -382,7 +461,7 @@ bool gmm_loops_below(struct walk *w, const struct gm_node *c, size_t d)
 			w->path[d] = s;
 			st = &w->c->st[s];
 		}
-		if (st->run == RUN_UNKNOWN || st->run < h)
+		if ((st->run == RUN_UNKNOWN || st->run < h) && !class_below(w, at, d))
 			return false;
 	}
 	uint32_t from = c->tok + c->n_tok, to = w->v->sub_end[at];

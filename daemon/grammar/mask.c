@@ -119,6 +119,7 @@ uint32_t gmm_intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, con
 	st->uno = UINT8_MAX;
 	st->uwip = 0;
 	st->utent = false;
+	st->cls_known = false;
 	memset(st->exc, 0, sizeof st->exc);
 	memset(st->ok, 0, sizeof st->ok);
 	uint32_t *pp = c->pos + c->n_items;

@@ -41,6 +41,9 @@ struct st {
 	bool utent;      /* uyes leans on a proof not done yet (undone if it fails) */
 	uint16_t ud;     /* the depth its claim in progress is at */
 	uint64_t exc[4]; /* rloop LOOP_YES: first bytes that do not lead to s1 */
+	uint64_t cls[2]; /* the ASCII characters it takes back to itself, bit 0:
+			  * every multi-byte one (as gm_vocab.bytes_below) */
+	bool cls_known;
 };
 
 #define GRP_NONE UINT32_MAX

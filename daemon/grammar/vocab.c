@@ -199,13 +199,16 @@ static bool below(struct gm_vocab *v)
 	v->sub_end = malloc(v->n_nodes * sizeof *v->sub_end);
 	v->plain_below = malloc(v->n_nodes);
 	v->height = malloc(v->n_nodes);
-	if (!v->sub_end || !v->plain_below || !v->height) {
+	v->bytes_below = malloc(v->n_nodes * sizeof *v->bytes_below);
+	if (!v->sub_end || !v->plain_below || !v->height || !v->bytes_below) {
 		free(v->sub_end);
 		free(v->plain_below);
 		free(v->height);
+		free(v->bytes_below);
 		v->sub_end = NULL;
 		v->plain_below = NULL;
 		v->height = NULL;
+		v->bytes_below = NULL;
 		return false;
 	}
 	for (size_t k = v->n_nodes; k-- > 0;) {
@@ -216,6 +219,13 @@ static bool below(struct gm_vocab *v)
 			if (v->height[n->child + j] + 1 > h)
 				h = v->height[n->child + j] + 1;
 		v->height[k] = h > 255 ? 255 : (uint8_t)h;
+		uint64_t *bb = v->bytes_below[k];
+		bb[0] = bb[1] = 0;
+		for (int j = 0; j < n->n_child; j++) {
+			const struct gm_node *c = &v->nodes[n->child + j];
+			bb[0] |= v->bytes_below[n->child + j][0] | (c->byte < 64 ? 1ull << c->byte : c->byte >= 128);
+			bb[1] |= v->bytes_below[n->child + j][1] | (c->byte >= 64 && c->byte < 128 ? 1ull << (c->byte - 64) : 0);
+		}
 		bool ok = true;
 		for (int j = 0; j < n->n_child && ok; j++) {
 			const struct gm_node *c = &v->nodes[n->child + j];
@@ -300,6 +310,7 @@ void gm_vocab_free(struct gm_vocab *v)
 	free(v->sub_end);
 	free(v->plain_below);
 	free(v->height);
+	free(v->bytes_below);
 	trie_free(&v->tail1);
 	trie_free(&v->tail2);
 	trie_free(&v->head);
