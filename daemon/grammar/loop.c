@@ -226,6 +226,22 @@ static int run_of(struct walk *w, size_t d, int max)
  * a token; what leaned on a claim above it is kept only if the root's
  * proof holds. */
 
+/* The representatives of bytes lo..hi (one byte per group) for the
+ * state whose groups start at off in stc.grp, in order. */
+static int range_reps(const struct walk *w, uint32_t off, uint8_t lo, uint8_t hi, uint8_t *reps)
+{
+	uint64_t seen[4] = { 0 };
+	int n = 0;
+	for (int b = lo; b <= hi; b++) {
+		uint8_t r = w->c->grp[off + b];
+		if (!(seen[r >> 6] >> (r & 63) & 1)) {
+			seen[r >> 6] |= 1ull << (r & 63);
+			reps[n++] = r;
+		}
+	}
+	return n;
+}
+
 static bool univ(struct walk *w, size_t d, int h, size_t *dep);
 
 /* Byte i of every character of shape sh begun at depth d0 (now at d). */
@@ -241,12 +257,9 @@ static bool univ_char(struct walk *w, size_t d0, const struct gm_shape *sh, int 
 	w->budget -= (int)(w->m->work - work);
 	if (off == GRP_NONE)
 		return false;
-	uint64_t seen[4] = { 0 };
-	for (int b = sh->lo[i]; b <= sh->hi[i]; b++) {
-		uint8_t r = w->c->grp[off + b];
-		if (seen[r >> 6] >> (r & 63) & 1)
-			continue;
-		seen[r >> 6] |= 1ull << (r & 63);
+	uint8_t reps[256];
+	for (int j = 0, nr = range_reps(w, off, sh->lo[i], sh->hi[i], reps); j < nr; j++) {
+		uint8_t r = reps[j];
 		const uint64_t *ok = w->c->st[w->path[d]].ok;
 		if (!(ok[r >> 6] >> (r & 63) & 1))
 			return false;
@@ -360,13 +373,9 @@ static bool back_char(struct walk *w, size_t d0, const struct gm_shape *sh, int 
 	uint32_t off = gmm_reps(w, d);
 	if (off == GRP_NONE)
 		return false;
-	uint64_t seen[4] = { 0 };
-	for (int b = sh->lo[i]; b <= sh->hi[i]; b++) {
-		uint8_t r = w->c->grp[off + b];
-		if (seen[r >> 6] >> (r & 63) & 1)
-			continue;
-		seen[r >> 6] |= 1ull << (r & 63);
-		uint32_t next = gmm_trans(w, d, r);
+	uint8_t reps[256];
+	for (int j = 0, nr = range_reps(w, off, sh->lo[i], sh->hi[i], reps); j < nr; j++) {
+		uint32_t next = gmm_trans(w, d, reps[j]);
 		bool back = next != ST_DEAD && !w->m->oom;
 		if (back) {
 			w->path[d + 1] = next;
