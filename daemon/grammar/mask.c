@@ -156,18 +156,32 @@ uint32_t gmm_intern(struct gm_matcher *m, struct stc *c, size_t k, size_t b, con
 	return c->n_st++;
 }
 
+/* Where key is in a transition table of cap (a power of two) slots, or
+ * the empty slot it would take. */
+static uint32_t tprobe(const uint64_t *keys, uint32_t cap, uint64_t key)
+{
+	uint32_t j = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+	while (keys[j] && keys[j] != key)
+		j = (j + 1) & (cap - 1);
+	return j;
+}
+
+static uint64_t tkey(uint32_t s, uint8_t byte)
+{
+	return ((uint64_t)s << 8 | byte) + 1;
+}
+
 /* The transition (s, byte) if known, NULL if not. */
 static const uint32_t *tfind(const struct stc *c, uint32_t s, uint8_t byte)
 {
 	if (!c->tcap)
 		return NULL;
-	uint64_t key = ((uint64_t)s << 8 | byte) + 1;
-	uint32_t j = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (c->tcap - 1);
-	while (c->tkey[j] && c->tkey[j] != key)
-		j = (j + 1) & (c->tcap - 1);
-	return c->tkey[j] == key ? &c->tval[j] : NULL;
+	uint32_t j = tprobe(c->tkey, c->tcap, tkey(s, byte));
+	return c->tkey[j] == tkey(s, byte) ? &c->tval[j] : NULL;
 }
 
+/* The slot of transition (s, byte), made if new (*found false). It stays
+ * put until the next new one. */
 static uint32_t *tslot(struct gm_matcher *m, struct stc *c, uint32_t s, uint8_t byte, bool *found)
 {
 	if ((c->tn + 1) * 2 > c->tcap) {
@@ -182,9 +196,7 @@ static uint32_t *tslot(struct gm_matcher *m, struct stc *c, uint32_t s, uint8_t 
 		}
 		for (uint32_t i = 0; i < c->tcap; i++)
 			if (c->tkey[i]) {
-				uint32_t j = (uint32_t)((c->tkey[i] * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
-				while (k[j])
-					j = (j + 1) & (cap - 1);
+				uint32_t j = tprobe(k, cap, c->tkey[i]);
 				k[j] = c->tkey[i];
 				v[j] = c->tval[i];
 			}
@@ -194,10 +206,8 @@ static uint32_t *tslot(struct gm_matcher *m, struct stc *c, uint32_t s, uint8_t 
 		c->tval = v;
 		c->tcap = cap;
 	}
-	uint64_t key = ((uint64_t)s << 8 | byte) + 1;
-	uint32_t j = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (c->tcap - 1);
-	while (c->tkey[j] && c->tkey[j] != key)
-		j = (j + 1) & (c->tcap - 1);
+	uint64_t key = tkey(s, byte);
+	uint32_t j = tprobe(c->tkey, c->tcap, key);
 	*found = c->tkey[j] == key;
 	if (!*found) {
 		c->tkey[j] = key;
@@ -351,7 +361,7 @@ uint32_t gmm_trans(struct walk *w, size_t d, uint8_t byte)
 			c->rows[(size_t)c->st[s].row * 256 + byte] = *slot;
 		return *slot;
 	}
-	uint32_t next = ST_DEAD;
+	uint32_t next = ST_DEAD, tcap = c->tcap;
 	gmm_pop_to(w, d);
 	if (gmm_materialize(w, d)) {
 		uint8_t rep = byte_rep(w, d, byte);
@@ -361,8 +371,9 @@ uint32_t gmm_trans(struct walk *w, size_t d, uint8_t byte)
 		else if (gmm_push(m, byte))
 			next = gmm_intern(m, w->c, m->n_sets - 1, w->base, w->path);
 	}
-	/* the slot may have moved while interning: look it up again */
-	if ((slot = tslot(m, c, s, byte, &found)))
+	if (c->tcap != tcap) /* the table grew on the way: the slot moved */
+		slot = tslot(m, c, s, byte, &found);
+	if (slot)
 		*slot = next;
 	if (row && !m->oom)
 		c->rows[(size_t)c->st[s].row * 256 + byte] = next;
