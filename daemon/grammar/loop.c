@@ -400,13 +400,17 @@ static void class_of(struct walk *w, size_t d)
 			mb = mb && back_char(w, d, sh, 0, d);
 			continue;
 		}
+		/* a group's representative tells for all its bytes */
+		uint8_t reps[256];
+		uint64_t back[4] = { 0 };
+		for (int j = 0, nr = range_reps(w, off, sh->lo[0], sh->hi[0], reps); j < nr; j++) {
+			uint8_t r = reps[j];
+			back[r >> 6] |= (uint64_t)(gmm_trans(w, d, r) == w->path[d]) << (r & 63);
+			gmm_pop_to(w, d); /* no real set left for the next byte's state */
+		}
 		for (int b = sh->lo[0]; b <= sh->hi[0]; b++) {
 			uint8_t r = w->c->grp[off + b];
-			if (r == b) { /* a group's first byte: its transition tells for all */
-				w->path[d + 1] = gmm_trans(w, d, r);
-				gmm_pop_to(w, d); /* no real set left for the next byte's state */
-			}
-			if (r == b ? w->path[d + 1] == w->path[d] : cls[r >> 6] >> (r & 63) & 1)
+			if (back[r >> 6] >> (r & 63) & 1)
 				cls[b >> 6] |= 1ull << (b & 63);
 		}
 	}

@@ -176,8 +176,9 @@ static const uint32_t *tfind(const struct stc *c, uint32_t s, uint8_t byte)
 {
 	if (!c->tcap)
 		return NULL;
-	uint32_t j = tprobe(c->tkey, c->tcap, tkey(s, byte));
-	return c->tkey[j] == tkey(s, byte) ? &c->tval[j] : NULL;
+	uint64_t key = tkey(s, byte);
+	uint32_t j = tprobe(c->tkey, c->tcap, key);
+	return c->tkey[j] == key ? &c->tval[j] : NULL;
 }
 
 /* The slot of transition (s, byte), made if new (*found false). It stays
@@ -327,8 +328,6 @@ uint32_t gmm_reps(struct walk *w, size_t d)
 	return w->c->st[w->path[d]].grp;
 }
 
-/* The state after byte from the state at depth d: known, or built from
- * the path's real sets (materialized down to d). ST_DEAD if none. */
 /* Give state s a row once it is hot; false if it has none. */
 static bool row_of(struct stc *c, uint32_t s)
 {
@@ -344,39 +343,39 @@ static bool row_of(struct stc *c, uint32_t s)
 	return true;
 }
 
+/* The state after byte from the state at depth d: known, or built from
+ * the path's real sets (materialized down to d). ST_DEAD if none. */
 uint32_t gmm_trans(struct walk *w, size_t d, uint8_t byte)
 {
 	struct gm_matcher *m = w->m;
 	struct stc *c = w->c;
 	uint32_t s = w->path[d];
 	bool row = row_of(c, s);
-	if (row && c->rows[(size_t)c->st[s].row * 256 + byte] != ROW_UNKNOWN)
-		return c->rows[(size_t)c->st[s].row * 256 + byte];
+	size_t cell = row ? (size_t)c->st[s].row * 256 + byte : 0; /* in c->rows, which may move */
+	if (row && c->rows[cell] != ROW_UNKNOWN)
+		return c->rows[cell];
 	bool found;
 	uint32_t *slot = tslot(m, c, s, byte, &found);
 	if (!slot)
 		return ST_DEAD;
-	if (found) {
-		if (row)
-			c->rows[(size_t)c->st[s].row * 256 + byte] = *slot;
-		return *slot;
+	uint32_t next = found ? *slot : ST_DEAD, tcap = c->tcap;
+	if (!found) {
+		gmm_pop_to(w, d);
+		if (gmm_materialize(w, d)) {
+			uint8_t rep = byte_rep(w, d, byte);
+			const uint32_t *known = rep != byte ? tfind(c, s, rep) : NULL;
+			if (known)
+				next = *known;
+			else if (gmm_push(m, byte))
+				next = gmm_intern(m, c, m->n_sets - 1, w->base, w->path);
+		}
+		if (c->tcap != tcap) /* the table grew on the way: the slot moved */
+			slot = tslot(m, c, s, byte, &found);
+		if (slot)
+			*slot = next;
 	}
-	uint32_t next = ST_DEAD, tcap = c->tcap;
-	gmm_pop_to(w, d);
-	if (gmm_materialize(w, d)) {
-		uint8_t rep = byte_rep(w, d, byte);
-		const uint32_t *known = rep != byte ? tfind(w->c, w->path[d], rep) : NULL;
-		if (known)
-			next = *known;
-		else if (gmm_push(m, byte))
-			next = gmm_intern(m, w->c, m->n_sets - 1, w->base, w->path);
-	}
-	if (c->tcap != tcap) /* the table grew on the way: the slot moved */
-		slot = tslot(m, c, s, byte, &found);
-	if (slot)
-		*slot = next;
 	if (row && !m->oom)
-		c->rows[(size_t)c->st[s].row * 256 + byte] = next;
+		c->rows[cell] = next;
 	return next;
 }
 
