@@ -75,42 +75,32 @@ python3 - "$dir/counts" <<'PY' || bad "count schemas"
 import json, sys
 d = lambda v: json.dumps(v, separators=(",", ":"))
 out = []
+
+
+def case(schema, valid, invalid=None):
+    out.extend(["S\t" + d(schema), "V\t" + d(valid)] + ([] if invalid is None else ["I\t" + d(invalid)]))
+
+
 for mx in (60, 127, 128, 129, 200):
-    out.append("S\t" + d({"type": "string", "maxLength": mx}))
-    out.append("V\t" + d(("word " * 60)[:mx - 20] + " " * 16 + "end!"))
-    out.append("I\t" + d("x" * (mx + 1)))
-out.append("S\t" + d({"type": "string", "minLength": 150, "maxLength": 290}))
-out.append("V\t" + d(("lorem ipsum " * 30)[:170]))
-out.append("I\t" + d("short"))
-out.append("S\t" + d({"type": "array", "items": {"type": "integer"}, "minItems": 18, "maxItems": 20}))
-out.append("V\t" + d(list(range(19))))
-out.append("I\t" + d(list(range(21))))
-out.append("S\t" + d({"type": "string", "pattern": "^[a-z0-9_-]{40}$"}))
-out.append("V\t" + d("abcdefghij" * 4))
+    case({"type": "string", "maxLength": mx}, ("word " * 60)[:mx - 20] + " " * 16 + "end!", "x" * (mx + 1))
+case({"type": "string", "minLength": 150, "maxLength": 290}, ("lorem ipsum " * 30)[:170], "short")
+case({"type": "array", "items": {"type": "integer"}, "minItems": 18, "maxItems": 20}, list(range(19)),
+     list(range(21)))
+case({"type": "string", "pattern": "^[a-z0-9_-]{40}$"}, "abcdefghij" * 4)
 # searched for: every run of characters goes on, each to another state
-out.append("S\t" + d({"type": "string", "pattern": "[a-z0-9]{70}"}))
-out.append("V\t" + d('say "hi" \u00e9\t' + "ab12" * 20 + " done"))
-out.append("I\t" + d("ab12" * 10))
+case({"type": "string", "pattern": "[a-z0-9]{70}"}, 'say "hi" \u00e9\t' + "ab12" * 20 + " done", "ab12" * 10)
 # searched for, its states leading back to each other (a proof per cycle)
-out.append("S\t" + d({"type": "string", "pattern": "\\d{4}-\\d{2}"}))
-out.append("V\t" + d("on 12 2022-1 \u00e9 2022-01-01\\n ok"))
-out.append("I\t" + d("2022-1 at 12:00"))
+case({"type": "string", "pattern": "\\d{4}-\\d{2}"}, "on 12 2022-1 \u00e9 2022-01-01\\n ok", "2022-1 at 12:00")
 # every character goes on from the root, but not every run: one x at most
-out.append("S\t" + d({"type": "string", "pattern": "^[^x]*(x[^x]*)?$"}))
-out.append("V\t" + d("a tax \u00e9 paid"))
-out.append("I\t" + d("an axe, two xs"))
+case({"type": "string", "pattern": "^[^x]*(x[^x]*)?$"}, "a tax \u00e9 paid", "an axe, two xs")
 # states that take some characters back to themselves: a class, a URI
-out.append("S\t" + d({"type": "string", "pattern": "^[a-z0-9-]+$"}))
-out.append("V\t" + d("abc-123-xyz0-long-enough-for-several-tokens"))
-out.append("I\t" + d("abc_1"))
-out.append("S\t" + d({"type": "string", "format": "uri"}))
-out.append("V\t" + d("https://example.com/path/to/page?q=1&r=\u00e9#frag"))
-out.append("I\t" + d("https://example.com/a b"))
+case({"type": "string", "pattern": "^[a-z0-9-]+$"}, "abc-123-xyz0-long-enough-for-several-tokens", "abc_1")
+case({"type": "string", "format": "uri"}, "https://example.com/path/to/page?q=1&r=\u00e9#frag",
+     "https://example.com/a b")
 # an open object: a key is any string, the declared names a trie in it
-out.append("S\t" + d({"type": "object", "properties": {"alpha": {"type": "integer"},
-                      "alps": {"type": "string"}, "beta": {"type": "boolean"}}}))
-out.append("V\t" + d({"alpha": 1, "alp": "x", "al\u00e9 \"q\"": [2], "beta": True}))
-out.append("I\t" + d({"alpha": 1, "alps": 2}))
+case({"type": "object", "properties": {"alpha": {"type": "integer"}, "alps": {"type": "string"},
+                                       "beta": {"type": "boolean"}}},
+     {"alpha": 1, "alp": "x", "al\u00e9 \"q\"": [2], "beta": True}, {"alpha": 1, "alps": 2})
 open(sys.argv[1], "w").write("\n".join(out) + "\n")
 PY
 "$P" constrain -m "$T/vocab/ggml-vocab-gpt-2.gguf" --sweep "$dir/counts" --all-masks --check-exact -v > "$dir/out"
